@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite as CI runs it: install what is missing, build with -Werror and run every
+# test through ctest; then again under ASan+UBSan, and the threaded suites under TSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh build -DSTRATA_WERROR=ON
+(cd build && ctest --output-on-failure -j 2)
+scripts/build.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE="address;undefined" \
+  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF
+(cd build-asan && ctest --output-on-failure -j 2 -LE slow)
+scripts/build.sh build-tsan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=thread \
+  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j 2 -L threaded)
