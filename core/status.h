@@ -120,10 +120,11 @@ const Status& AsStatus(const Result<T>& r) {
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define STRATA_RETURN_IF_ERROR(expr)                                               \
-  do {                                                                             \
-    const ::strata::Status& strata_status_ = ::strata::internal::AsStatus((expr)); \
-    if (!strata_status_.ok()) return strata_status_;                               \
+#define STRATA_RETURN_IF_ERROR(expr)                                   \
+  do {                                                                 \
+    auto&& strata_result_ = (expr); /* lifetime-extends a temporary */ \
+    if (!::strata::internal::AsStatus(strata_result_).ok())            \
+      return ::strata::internal::AsStatus(strata_result_);             \
   } while (0)
 
 // `lhs = value of expr`, or returns its Status from the enclosing function.
