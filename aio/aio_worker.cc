@@ -1,0 +1,306 @@
+#include "aio/aio_worker.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/units.h"
+
+namespace strata::internal {
+namespace {
+
+std::string PieceName(IoOp op, const OpenFile& f, uint64_t offset, uint64_t size) {
+  return std::string(op == IoOp::kRead ? "read " : "write ") + f.path + " @ " +
+         std::to_string(offset) + " (" + FormatBytes(size) + ")";
+}
+
+// pread/pwrite until done; short transfers continue, EOF on read is an error.
+Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint64_t offset) {
+  uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = op == IoOp::kRead
+                    ? ::pread(f.buffered_fd, buf + done, size - done, static_cast<off_t>(offset + done))
+                    : ::pwrite(f.buffered_fd, buf + done, size - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoToStatus(errno, PieceName(op, f, offset + done, size - done));
+    }
+    if (n == 0) {
+      return IoError(PieceName(op, f, offset + done, size - done) +
+                     (op == IoOp::kRead ? ": file ends at offset " + std::to_string(offset + done)
+                                        : ": no progress"));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+AioWorker::AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer bounce,
+                     const AioOptions& options)
+    : index_(index), options_(options), engine_(std::move(engine)), bounce_(std::move(bounce)) {
+  const auto qd = static_cast<size_t>(options_.queue_depth);
+  slots_.resize(qd);
+  for (size_t i = qd; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
+  batch_.reserve(qd);
+  retry_.reserve(qd);
+  completions_.resize(qd);
+  thread_ = std::thread([this] { Run(); });
+  pthread_setname_np(thread_.native_handle(), ("strata-aio-" + std::to_string(index_)).c_str());
+}
+
+AioWorker::~AioWorker() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void AioWorker::Enqueue(Segment segment) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(segment));
+  }
+  cv_.notify_one();
+}
+
+Status AioWorker::RunOnWorker(std::function<Status(IoEngine&)> fn) {
+  Status result;
+  bool done = false;
+  std::unique_lock lock(mu_);
+  controls_.push_back(Control{std::move(fn), &result, &done});
+  cv_.notify_one();
+  control_cv_.wait(lock, [&] { return done; });
+  return result;
+}
+
+void AioWorker::Run() {
+  std::deque<Control> controls;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (queue_.empty() && controls_.empty() && active_.empty()) {
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !controls_.empty(); });
+        if (stop_ && queue_.empty() && controls_.empty()) return;
+      }
+      while (!queue_.empty()) {
+        active_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      controls.swap(controls_);
+    }
+    if (!controls.empty()) RunControls(controls);
+    for (Segment& seg : active_) {
+      if (seg.buffered && seg.issued == 0) DoBuffered(seg);
+    }
+    SubmitRetries();
+    if (options_.overlap_events || inflight_ == 0) IssuePieces();
+    const int in_kernel = inflight_ - static_cast<int>(retry_.size());
+    if (in_kernel > 0) {
+      // Lock-step mode waits for the whole batch. Otherwise wait for one completion, but only
+      // briefly while there is room for more: new segments may arrive meanwhile.
+      const int min = options_.overlap_events ? 1 : in_kernel;
+      const bool room = options_.overlap_events && !free_slots_.empty();
+      auto n = engine_->Reap(completions_, min, room ? 200 : -1);
+      if (!n.ok()) {
+        for (Segment& seg : active_) Fail(seg, n.status().WithContext("aio reap"));
+      } else {
+        for (int i = 0; i < *n; ++i) Complete(completions_[static_cast<size_t>(i)]);
+      }
+    }
+    FinishSegments();
+  }
+}
+
+void AioWorker::RunControls(std::deque<Control>& controls) {
+  for (Control& c : controls) {
+    Status s = c.fn(*engine_);
+    std::lock_guard lock(mu_);
+    *c.result = std::move(s);
+    *c.done = true;
+  }
+  controls.clear();
+  control_cv_.notify_all();
+}
+
+void AioWorker::DoBuffered(Segment& seg) {
+  seg.issued = seg.size;
+  Status s = BufferedIo(seg.op, *seg.file, seg.buf, seg.size, seg.offset);
+  if (s.ok()) {
+    seg.completed = seg.size;
+  } else {
+    Fail(seg, s);
+  }
+}
+
+IoRequest AioWorker::MakeRequest(int s) const {
+  const Slot& sl = slots_[static_cast<size_t>(s)];
+  IoRequest r;
+  r.op = sl.seg->op;
+  r.fd = sl.seg->fd;
+  r.file_id = options_.fixed_files ? sl.seg->file->id : 0;
+  r.buf = sl.io_buf + sl.done;
+  r.size_bytes = sl.size - sl.done;
+  r.offset_bytes = sl.offset + sl.done;
+  r.user_data = static_cast<uint64_t>(s);
+  return r;
+}
+
+uint8_t* AioWorker::BounceFor(int s) {
+  if (bounce_.size() == 0) {
+    AlignedBufferOptions o;
+    o.populate = false;
+    auto b = AlignedBuffer::Allocate(options_.block_size * slots_.size(), o);
+    if (!b.ok()) return nullptr;
+    bounce_ = std::move(b).value();
+  }
+  return bounce_.bytes() + options_.block_size * static_cast<size_t>(s);
+}
+
+void AioWorker::IssuePieces() {
+  for (Segment& seg : active_) {
+    if (free_slots_.empty()) break;
+    if (seg.buffered || !seg.status.ok()) continue;
+    const bool direct = seg.fd == seg.file->direct_fd;
+    while (seg.issued < seg.size && !free_slots_.empty()) {
+      const int s = free_slots_.back();
+      Slot& sl = slots_[static_cast<size_t>(s)];
+      sl.seg = &seg;
+      sl.user_buf = seg.buf + seg.issued;
+      sl.offset = seg.offset + seg.issued;
+      sl.size = static_cast<uint32_t>(std::min<uint64_t>(options_.block_size, seg.size - seg.issued));
+      sl.done = 0;
+      sl.io_buf = sl.user_buf;
+      if (direct && reinterpret_cast<uintptr_t>(sl.user_buf) % seg.file->align.mem_align != 0) {
+        // The caller's buffer is not O_DIRECT-aligned: go through this slot's bounce region.
+        sl.io_buf = BounceFor(s);
+        if (sl.io_buf == nullptr) {
+          Fail(seg, OutOfMemoryError("cpu: no memory for the aio bounce buffer"));
+          break;
+        }
+        if (seg.op == IoOp::kWrite) std::memcpy(sl.io_buf, sl.user_buf, sl.size);
+      }
+      free_slots_.pop_back();
+      seg.issued += sl.size;
+      ++seg.inflight;
+      ++inflight_;
+      batch_.push_back(MakeRequest(s));
+      if (options_.single_submit) SubmitBatch();
+    }
+  }
+  SubmitBatch();
+}
+
+void AioWorker::SubmitRetries() {
+  if (retry_.empty()) return;
+  for (int s : retry_) batch_.push_back(MakeRequest(s));
+  retry_.clear();
+  SubmitBatch();
+}
+
+void AioWorker::SubmitBatch() {
+  if (batch_.empty()) return;
+  auto r = engine_->Submit(batch_);
+  size_t accepted = r.ok() ? static_cast<size_t>(*r) : 0;
+  for (size_t i = accepted; i < batch_.size(); ++i) {
+    const int s = static_cast<int>(batch_[i].user_data);
+    if (r.ok()) {
+      retry_.push_back(s);  // the kernel took fewer than asked: try again next round
+    } else {
+      Slot& sl = slots_[static_cast<size_t>(s)];
+      Fail(*sl.seg, r.status().WithContext(
+                        PieceName(sl.seg->op, *sl.seg->file, sl.offset, sl.size) + ": submit"));
+      Release(s);
+    }
+  }
+  batch_.clear();
+}
+
+void AioWorker::Release(int s) {
+  Slot& sl = slots_[static_cast<size_t>(s)];
+  --sl.seg->inflight;
+  --inflight_;
+  sl.seg = nullptr;
+  free_slots_.push_back(s);
+}
+
+void AioWorker::Complete(const IoCompletion& c) {
+  const int s = static_cast<int>(c.user_data);
+  Slot& sl = slots_[static_cast<size_t>(s)];
+  Segment& seg = *sl.seg;
+  const OpenFile& f = *seg.file;
+  const uint32_t want = sl.size - sl.done;
+  if (c.result < 0) {
+    const int err = static_cast<int>(-c.result);
+    if (err == EAGAIN || err == EINTR) {
+      retry_.push_back(s);
+      return;
+    }
+    Fail(seg, ErrnoToStatus(err, PieceName(seg.op, f, sl.offset + sl.done, want)));
+    Release(s);
+    return;
+  }
+  const auto got = static_cast<uint64_t>(c.result);
+  if (got == 0 || got > want) {
+    std::string why = got == 0 ? (seg.op == IoOp::kRead
+                                      ? ": file ends at offset " + std::to_string(sl.offset + sl.done)
+                                      : ": no progress")
+                               : ": engine reported " + std::to_string(got) + " bytes";
+    Fail(seg, IoError(PieceName(seg.op, f, sl.offset + sl.done, want) + why));
+    Release(s);
+    return;
+  }
+  sl.done += static_cast<uint32_t>(got);
+  if (sl.done < sl.size) {
+    // Short transfer: continue where it stopped. O_DIRECT needs the rest aligned; a rare
+    // unaligned remainder is finished with buffered I/O.
+    const bool direct = seg.fd == f.direct_fd;
+    const uint64_t off = sl.offset + sl.done;
+    const bool aligned = !direct || (off % f.align.offset_align == 0 &&
+                                     (sl.size - sl.done) % f.align.offset_align == 0 &&
+                                     reinterpret_cast<uintptr_t>(sl.io_buf + sl.done) %
+                                             f.align.mem_align == 0);
+    if (aligned) {
+      retry_.push_back(s);
+      return;
+    }
+    Status st = BufferedIo(seg.op, f, sl.io_buf + sl.done, sl.size - sl.done, off);
+    if (!st.ok()) {
+      Fail(seg, st);
+      Release(s);
+      return;
+    }
+    sl.done = sl.size;
+  }
+  if (seg.op == IoOp::kRead && sl.io_buf != sl.user_buf) {
+    std::memcpy(sl.user_buf, sl.io_buf, sl.size);
+  }
+  seg.completed += sl.size;
+  Release(s);
+}
+
+void AioWorker::Fail(Segment& seg, const Status& s) {
+  if (seg.status.ok()) seg.status = s;
+}
+
+void AioWorker::FinishSegments() {
+  for (auto it = active_.begin(); it != active_.end();) {
+    Segment& seg = *it;
+    const bool finished =
+        seg.inflight == 0 && (!seg.status.ok() || (seg.issued == seg.size && seg.completed == seg.size));
+    if (!finished) {
+      ++it;
+      continue;
+    }
+    seg.request->SegmentDone(seg.status, seg.status.ok() ? seg.size : 0);
+    it = active_.erase(it);
+  }
+}
+
+}  // namespace strata::internal

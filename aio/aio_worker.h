@@ -1,0 +1,88 @@
+// Private to aio/: one AioHandle thread. It owns an IoEngine and a bounce buffer, takes segments
+// from its queue, cuts them into block_size pieces and keeps up to queue_depth in flight.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "aio/aio_options.h"
+#include "aio/aio_request.h"
+#include "aio/aligned_buffer.h"
+#include "aio/io_engine.h"
+
+namespace strata::internal {
+
+class AioWorker {
+ public:
+  AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer bounce,
+            const AioOptions& options);
+  ~AioWorker();  // finishes queued work, then joins
+  AioWorker(const AioWorker&) = delete;
+  AioWorker& operator=(const AioWorker&) = delete;
+
+  // Any thread. The segment's request is completed by this worker.
+  void Enqueue(Segment segment);
+  // Any thread: runs `fn` on the worker thread between I/Os and waits for it.
+  Status RunOnWorker(std::function<Status(IoEngine&)> fn);
+
+  const IoEngine& engine() const { return *engine_; }
+
+ private:
+  struct Slot {
+    Segment* seg = nullptr;
+    uint8_t* user_buf = nullptr;  // where the piece's bytes belong in the caller's buffer
+    uint8_t* io_buf = nullptr;    // what the engine reads/writes (user_buf or bounce)
+    uint64_t offset = 0;
+    uint32_t size = 0;
+    uint32_t done = 0;
+  };
+  struct Control {
+    std::function<Status(IoEngine&)> fn;
+    Status* result;
+    bool* done;
+  };
+
+  void Run();
+  void RunControls(std::deque<Control>& controls);
+  void DoBuffered(Segment& seg);
+  void IssuePieces();
+  void SubmitRetries();
+  void SubmitBatch();
+  void Release(int slot);
+  uint8_t* BounceFor(int slot);
+  void Complete(const IoCompletion& c);
+  void Fail(Segment& seg, const Status& s);
+  void FinishSegments();
+  IoRequest MakeRequest(int slot) const;
+
+  const int index_;
+  const AioOptions options_;
+  std::unique_ptr<IoEngine> engine_;
+  AlignedBuffer bounce_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable control_cv_;
+  std::deque<Segment> queue_;
+  std::deque<Control> controls_;
+  bool stop_ = false;
+
+  // Worker-thread state only.
+  std::list<Segment> active_;
+  std::vector<Slot> slots_;
+  std::vector<int> free_slots_;
+  std::vector<IoRequest> batch_;
+  std::vector<int> retry_;  // slots to resubmit (EAGAIN, short transfer, partial submit)
+  std::vector<IoCompletion> completions_;
+  int inflight_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace strata::internal
