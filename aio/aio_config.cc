@@ -5,10 +5,10 @@
 namespace strata {
 
 Status ApplyAioSection(const nlohmann::json& aio, AioOptions* o) {
-  STRATA_RETURN_IF_ERROR(CheckKnownKeys(aio, "aio",
-                                        {"block_size", "queue_depth", "intra_op_parallelism",
-                                         "thread_count", "single_submit", "overlap_events",
-                                         "use_gds"}));
+  STRATA_RETURN_IF_ERROR(
+      CheckKnownKeys(aio, "aio",
+                     {"block_size", "queue_depth", "intra_op_parallelism", "thread_count",
+                      "single_submit", "overlap_events", "use_gds"}));
   if (aio.contains("intra_op_parallelism") && aio.contains("thread_count")) {
     return InvalidArgumentError(
         "config 'aio' sets both 'intra_op_parallelism' and its old name 'thread_count'; keep one");

@@ -72,8 +72,7 @@ Result<size_t> AioHandle::Pread(const std::string& path, void* buf, size_t n, ui
   return SubmitRead(path, buf, n, off).Wait();
 }
 
-Result<size_t> AioHandle::Pwrite(const std::string& path, const void* buf, size_t n,
-                                 uint64_t off) {
+Result<size_t> AioHandle::Pwrite(const std::string& path, const void* buf, size_t n, uint64_t off) {
   return SubmitWrite(path, buf, n, off).Wait();
 }
 
@@ -82,8 +81,7 @@ AioFuture AioHandle::SubmitRead(const std::string& path, void* buf, size_t n, ui
   return Submit({&r, 1});
 }
 
-AioFuture AioHandle::SubmitWrite(const std::string& path, const void* buf, size_t n,
-                                 uint64_t off) {
+AioFuture AioHandle::SubmitWrite(const std::string& path, const void* buf, size_t n, uint64_t off) {
   AioRequest r{IoOp::kWrite, path, const_cast<void*>(buf), n, off};
   return Submit({&r, 1});
 }
@@ -118,7 +116,8 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
     if (r.size_bytes == 0) continue;
     Status bad;
     if (r.buf == nullptr) bad = InvalidArgumentError("null buffer");
-    auto file = bad.ok() ? files_.Get(r.path, r.op == IoOp::kWrite) : Result<std::shared_ptr<OpenFile>>(bad);
+    auto file = bad.ok() ? files_.Get(r.path, r.op == IoOp::kWrite)
+                         : Result<std::shared_ptr<OpenFile>>(bad);
     if (!file.ok()) {
       auto st = std::make_shared<RequestState>(1);
       st->SegmentDone(file.status().WithContext(
@@ -140,8 +139,7 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
     const uint64_t A = f->split_align;
     const uint64_t a = (off + A - 1) / A * A, e = end / A * A;
     if (e <= a) {
-      add(f, r, base, off, end, true, f->buffered_fd,
-          static_cast<int>(round_robin++ % threads));
+      add(f, r, base, off, end, true, f->buffered_fd, static_cast<int>(round_robin++ % threads));
       continue;
     }
     if (a > off) add(f, r, base, off, a, true, f->buffered_fd, 0);

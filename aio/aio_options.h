@@ -27,9 +27,9 @@ struct AioOptions {
   // A filesystem that refuses O_DIRECT falls back to buffered I/O (one line logged) instead of
   // failing.
   bool allow_buffered = false;
-  bool fixed_files = true;          // io_uring: register files
-  bool registered_buffers = true;   // io_uring: honour AioHandle::RegisterBuffer
-  bool sqpoll = false;              // io_uring: SQPOLL thread (costs a core)
+  bool fixed_files = true;         // io_uring: register files
+  bool registered_buffers = true;  // io_uring: honour AioHandle::RegisterBuffer
+  bool sqpoll = false;             // io_uring: SQPOLL thread (costs a core)
 
   // Tests: makes worker i's engine (e.g. a fault-injecting wrapper). Default: CreateIoEngine.
   std::function<Result<std::unique_ptr<IoEngine>>(int worker, const IoEngineOptions&)>

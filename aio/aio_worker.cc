@@ -20,10 +20,10 @@ std::string PieceName(IoOp op, const OpenFile& f, uint64_t offset, uint64_t size
 Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint64_t offset) {
   uint64_t done = 0;
   while (done < size) {
-    ssize_t n = op == IoOp::kRead
-                    ? ::pread(f.buffered_fd, buf + done, size - done, static_cast<off_t>(offset + done))
-                    : ::pwrite(f.buffered_fd, buf + done, size - done,
-                               static_cast<off_t>(offset + done));
+    ssize_t n =
+        op == IoOp::kRead
+            ? ::pread(f.buffered_fd, buf + done, size - done, static_cast<off_t>(offset + done))
+            : ::pwrite(f.buffered_fd, buf + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return ErrnoToStatus(errno, PieceName(op, f, offset + done, size - done));
@@ -174,7 +174,8 @@ void AioWorker::IssuePieces() {
       sl.seg = &seg;
       sl.user_buf = seg.buf + seg.issued;
       sl.offset = seg.offset + seg.issued;
-      sl.size = static_cast<uint32_t>(std::min<uint64_t>(options_.block_size, seg.size - seg.issued));
+      sl.size =
+          static_cast<uint32_t>(std::min<uint64_t>(options_.block_size, seg.size - seg.issued));
       sl.done = 0;
       sl.io_buf = sl.user_buf;
       if (direct && reinterpret_cast<uintptr_t>(sl.user_buf) % seg.file->align.mem_align != 0) {
@@ -248,10 +249,11 @@ void AioWorker::Complete(const IoCompletion& c) {
   }
   const auto got = static_cast<uint64_t>(c.result);
   if (got == 0 || got > want) {
-    std::string why = got == 0 ? (seg.op == IoOp::kRead
-                                      ? ": file ends at offset " + std::to_string(sl.offset + sl.done)
-                                      : ": no progress")
-                               : ": engine reported " + std::to_string(got) + " bytes";
+    std::string why = got == 0
+                          ? (seg.op == IoOp::kRead
+                                 ? ": file ends at offset " + std::to_string(sl.offset + sl.done)
+                                 : ": no progress")
+                          : ": engine reported " + std::to_string(got) + " bytes";
     Fail(seg, IoError(PieceName(seg.op, f, sl.offset + sl.done, want) + why));
     Release(s);
     return;
@@ -262,10 +264,10 @@ void AioWorker::Complete(const IoCompletion& c) {
     // unaligned remainder is finished with buffered I/O.
     const bool direct = seg.fd == f.direct_fd;
     const uint64_t off = sl.offset + sl.done;
-    const bool aligned = !direct || (off % f.align.offset_align == 0 &&
-                                     (sl.size - sl.done) % f.align.offset_align == 0 &&
-                                     reinterpret_cast<uintptr_t>(sl.io_buf + sl.done) %
-                                             f.align.mem_align == 0);
+    const bool aligned =
+        !direct ||
+        (off % f.align.offset_align == 0 && (sl.size - sl.done) % f.align.offset_align == 0 &&
+         reinterpret_cast<uintptr_t>(sl.io_buf + sl.done) % f.align.mem_align == 0);
     if (aligned) {
       retry_.push_back(s);
       return;
@@ -293,7 +295,8 @@ void AioWorker::FinishSegments() {
   for (auto it = active_.begin(); it != active_.end();) {
     Segment& seg = *it;
     const bool finished =
-        seg.inflight == 0 && (!seg.status.ok() || (seg.issued == seg.size && seg.completed == seg.size));
+        seg.inflight == 0 &&
+        (!seg.status.ok() || (seg.issued == seg.size && seg.completed == seg.size));
     if (!finished) {
       ++it;
       continue;

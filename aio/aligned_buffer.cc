@@ -63,8 +63,8 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size_bytes,
   const size_t map_size = size + (options.huge_pages ? align : 0);
   void* base = mmap(nullptr, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
-    return OutOfMemoryError("cpu: cannot map " + FormatBytes(size) + " for an aligned buffer: " +
-                            std::strerror(errno));
+    return OutOfMemoryError("cpu: cannot map " + FormatBytes(size) +
+                            " for an aligned buffer: " + std::strerror(errno));
   }
   AlignedBuffer buf;
   buf.map_base_ = base;

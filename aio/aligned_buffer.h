@@ -37,7 +37,8 @@ class AlignedBuffer {
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
   // Allocates at least `size_bytes` (rounded up to the page size). OutOfMemory (cpu) on failure.
-  static Result<AlignedBuffer> Allocate(size_t size_bytes, const AlignedBufferOptions& options = {});
+  static Result<AlignedBuffer> Allocate(size_t size_bytes,
+                                        const AlignedBufferOptions& options = {});
 
   void* data() const { return data_; }
   uint8_t* bytes() const { return static_cast<uint8_t*>(data_); }

@@ -20,11 +20,11 @@ namespace strata {
 struct OpenFile {
   ~OpenFile();
   std::string path;
-  uint64_t id = 0;        // unique per open, never reused
-  int direct_fd = -1;     // O_DIRECT descriptor, -1 when the filesystem refuses O_DIRECT
-  int buffered_fd = -1;   // always open
+  uint64_t id = 0;       // unique per open, never reused
+  int direct_fd = -1;    // O_DIRECT descriptor, -1 when the filesystem refuses O_DIRECT
+  int buffered_fd = -1;  // always open
   bool writable = false;
-  DioAlignment align;     // valid when direct_fd >= 0
+  DioAlignment align;  // valid when direct_fd >= 0
   // Granularity at which requests are split between O_DIRECT and buffered I/O: a multiple of
   // the page size so a buffered edge never shares a page-cache page with a direct range.
   uint32_t split_align = 4096;

@@ -10,9 +10,12 @@ namespace strata {
 
 std::string_view IoEngineKindName(IoEngineKind kind) {
   switch (kind) {
-    case IoEngineKind::kAuto: return "auto";
-    case IoEngineKind::kIoUring: return "io_uring";
-    case IoEngineKind::kLibaio: return "libaio";
+    case IoEngineKind::kAuto:
+      return "auto";
+    case IoEngineKind::kIoUring:
+      return "io_uring";
+    case IoEngineKind::kLibaio:
+      return "libaio";
   }
   return "?";
 }
@@ -32,9 +35,12 @@ Result<std::unique_ptr<IoEngine>> CreateIoEngine(IoEngineKind kind,
                                 " is out of range [1, 4096]");
   }
   switch (kind) {
-    case IoEngineKind::kIoUring: return internal::CreateUringEngine(options);
-    case IoEngineKind::kLibaio: return internal::CreateLibaioEngine(options);
-    case IoEngineKind::kAuto: break;
+    case IoEngineKind::kIoUring:
+      return internal::CreateUringEngine(options);
+    case IoEngineKind::kLibaio:
+      return internal::CreateLibaioEngine(options);
+    case IoEngineKind::kAuto:
+      break;
   }
   auto uring = internal::CreateUringEngine(options);
   if (uring.ok()) return uring;

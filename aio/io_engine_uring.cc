@@ -109,8 +109,8 @@ class UringEngine final : public IoEngine {
       }
       io_uring_cqe* cqe = nullptr;
       for (;;) {
-        int rc = io_uring_wait_cqes(&ring_, &cqe, static_cast<unsigned>(min_complete), tsp,
-                                    nullptr);
+        int rc =
+            io_uring_wait_cqes(&ring_, &cqe, static_cast<unsigned>(min_complete), tsp, nullptr);
         if (rc == -EINTR) continue;
         if (rc == -ETIME || rc == -EAGAIN) break;
         if (rc < 0) return ErrnoToStatus(-rc, "io_uring_wait_cqes");
@@ -137,8 +137,9 @@ class UringEngine final : public IoEngine {
       iovec iov{p, size};
       __u64 tag = 0;
       int rc = io_uring_register_buffers_update_tag(&ring_, i, &iov, &tag, 1);
-      if (rc < 0) return ErrnoToStatus(-rc, "io_uring: register buffer of " +
-                                                std::to_string(size) + " bytes");
+      if (rc < 0)
+        return ErrnoToStatus(-rc,
+                             "io_uring: register buffer of " + std::to_string(size) + " bytes");
       buffers_[i] = {reinterpret_cast<uintptr_t>(p), size};
       return Status::Ok();
     }

@@ -78,8 +78,8 @@ Status ReadInt(const nlohmann::json& section, std::string_view path, const char*
   } else if (it->is_number_float()) {
     v = it->get<double>();
     if (v != std::floor(v)) {
-      return InvalidArgumentError("config '" + KeyPath(path, key) + "' must be a whole number, got " +
-                                  it->dump());
+      return InvalidArgumentError("config '" + KeyPath(path, key) +
+                                  "' must be a whole number, got " + it->dump());
     }
   } else {
     return InvalidArgumentError("config '" + KeyPath(path, key) + "' must be an integer, got " +
@@ -98,8 +98,8 @@ Status ReadBool(const nlohmann::json& section, std::string_view path, const char
   auto it = section.find(key);
   if (it == section.end() || IsAuto(*it)) return Status::Ok();
   if (!it->is_boolean()) {
-    return InvalidArgumentError("config '" + KeyPath(path, key) +
-                                "' must be true or false, got " + it->dump());
+    return InvalidArgumentError("config '" + KeyPath(path, key) + "' must be true or false, got " +
+                                it->dump());
   }
   *out = it->get<bool>();
   return Status::Ok();

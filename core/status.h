@@ -19,7 +19,7 @@ enum class StatusCode {
   kAlreadyExists,
   kOutOfMemory,  // the message names the tier (device, cpu, nvme)
   kIoError,
-  kDataLoss,  // data read back is not what was written (checksum mismatch, file truncated)
+  kDataLoss,     // data read back is not what was written (checksum mismatch, file truncated)
   kUnavailable,  // backend not built, kernel feature or device missing
   kUnimplemented,
   kFailedPrecondition,
@@ -83,7 +83,7 @@ Status ErrnoToStatus(int err, std::string_view what);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK");
   }
@@ -136,11 +136,11 @@ const Status& AsStatus(const Result<T>& r) {
   lhs = std::move(tmp).value()
 
 // Aborts with file:line for a broken invariant. Never for I/O, OOM or driver errors.
-#define STRATA_CHECK(cond)                                                              \
-  do {                                                                                  \
-    if (!(cond)) ::strata::internal::CheckFailed(__FILE__, __LINE__, #cond, {});        \
+#define STRATA_CHECK(cond)                                                       \
+  do {                                                                           \
+    if (!(cond)) ::strata::internal::CheckFailed(__FILE__, __LINE__, #cond, {}); \
   } while (0)
-#define STRATA_CHECK_MSG(cond, msg)                                                     \
-  do {                                                                                  \
-    if (!(cond)) ::strata::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg));     \
+#define STRATA_CHECK_MSG(cond, msg)                                                 \
+  do {                                                                              \
+    if (!(cond)) ::strata::internal::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)

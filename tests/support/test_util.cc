@@ -52,7 +52,8 @@ uint64_t TestSeed() {
   static const uint64_t seed = []() -> uint64_t {
     if (const char* s = std::getenv("STRATA_TEST_SEED")) return std::strtoull(s, nullptr, 0);
     uint64_t hi = static_cast<uint64_t>(std::random_device{}()) << 32;
-    uint64_t lo = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    uint64_t lo =
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     return hi ^ lo;
   }();
   static std::atomic<bool> printed{false};

@@ -1,0 +1,48 @@
+#include "aio/aio_config.h"
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+TEST(AioConfigTest, DefaultsMatchDeepSpeed) {
+  AioOptions o;
+  ASSERT_TRUE(ApplyAioSection(nlohmann::json::object(), &o).ok());
+  EXPECT_EQ(o.block_size, 1u << 20);
+  EXPECT_EQ(o.queue_depth, 8);
+  EXPECT_EQ(o.thread_count, 1);
+  EXPECT_FALSE(o.single_submit);
+  EXPECT_TRUE(o.overlap_events);
+}
+
+TEST(AioConfigTest, ReadsKeysAndOldThreadCountName) {
+  AioOptions o;
+  auto j = nlohmann::json::parse(
+      R"({"block_size": 4194304, "queue_depth": 32, "thread_count": 2, "single_submit": true})");
+  ASSERT_TRUE(ApplyAioSection(j, &o).ok());
+  EXPECT_EQ(o.block_size, 4u << 20);
+  EXPECT_EQ(o.queue_depth, 32);
+  EXPECT_EQ(o.thread_count, 2);
+  EXPECT_TRUE(o.single_submit);
+  auto round = AioSectionJson(o);
+  AioOptions p;
+  ASSERT_TRUE(ApplyAioSection(round, &p).ok());
+  EXPECT_EQ(p.queue_depth, 32);
+  EXPECT_EQ(p.thread_count, 2);
+}
+
+TEST(AioConfigTest, RejectsUnknownBothNamesAndBadValues) {
+  AioOptions o;
+  auto s = ApplyAioSection(nlohmann::json::parse(R"({"queue_dept": 4})"), &o);
+  EXPECT_NE(s.message().find("did you mean 'queue_depth'"), std::string::npos) << s.message();
+  s = ApplyAioSection(nlohmann::json::parse(R"({"thread_count": 1, "intra_op_parallelism": 2})"),
+                      &o);
+  EXPECT_FALSE(s.ok());
+  s = ApplyAioSection(nlohmann::json::parse(R"({"block_size": 1000})"), &o);
+  EXPECT_NE(s.message().find("aio.block_size"), std::string::npos) << s.message();
+  s = ApplyAioSection(nlohmann::json::parse(R"({"single_submit": "false"})"), &o);
+  EXPECT_NE(s.message().find("true or false"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace strata

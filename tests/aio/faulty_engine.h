@@ -1,0 +1,43 @@
+// A fault-injecting IoEngine for tests: wraps a real engine and, on chosen requests, returns
+// EIO / ENOSPC / EAGAIN without touching the disk, or performs a genuinely short transfer (the
+// wrapped engine is asked for fewer bytes), so every error path of AioHandle runs for real.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+
+#include "aio/io_engine.h"
+
+namespace strata::testing {
+
+struct FaultPlan {
+  // Every Nth submitted request (1-based count per engine) gets the fault; 0 = never.
+  int eio_every = 0;
+  int enospc_every = 0;  // writes only
+  int eagain_every = 0;
+  int short_every = 0;  // transfers half (rounded down to 4 KiB, at least 4 KiB shorter)
+  // Faults stop after this many were injected (-1: unlimited).
+  int max_faults = -1;
+};
+
+class FaultyEngine final : public IoEngineWrapper {
+ public:
+  FaultyEngine(std::unique_ptr<IoEngine> target, FaultPlan plan)
+      : IoEngineWrapper(std::move(target)), plan_(plan) {}
+
+  Result<int> Submit(std::span<const IoRequest> requests) override;
+  Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_us) override;
+
+  int injected() const { return injected_; }
+
+ private:
+  bool Hit(int every);
+  FaultPlan plan_;
+  int count_ = 0;
+  int injected_ = 0;
+  int target_inflight_ = 0;
+  std::deque<IoCompletion> synthetic_;
+};
+
+}  // namespace strata::testing
