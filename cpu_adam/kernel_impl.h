@@ -1,0 +1,230 @@
+// Internal: the optimizer update rules, written once over a small "SIMD ops" interface and
+// instantiated by each kernels_<isa>.cc with its own ops (scalar float, __m256, __m512).
+//
+// An ops struct S provides: type V, kWidth (floats per V), kUnroll (V per loop iteration, so one
+// iteration covers one 64-byte line of each fp32 stream), kPrefetch, and static Set1, Load, Store,
+// LoadF16, LoadBf16, StoreF16, StoreBf16, Add, Mul, Div, Sqrt, MulAdd(a, b, c) = a*b + c,
+// NegMulAdd(a, b, c) = c - a*b, Sign (-1, 0, +1), Prefetch.
+//
+// Note [Kernels and the one-definition rule]
+// Each kernels_<isa>.cc is compiled with different -m flags. An inline function or template with
+// external linkage instantiated in two of them would be merged by the linker, and the copy it
+// keeps could contain AVX instructions that the scalar path then executes on a CPU without them.
+// So everything here (and in half_convert.h) lives in an anonymous namespace: each translation
+// unit keeps its own copy. Kernel files also avoid out-of-line std:: templates for this reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu_adam/kernel_table.h"
+
+namespace strata::internal {
+namespace {  // NOLINT(build/namespaces): see Note [Kernels and the one-definition rule].
+
+template <DType G>
+using GradT = std::conditional_t<G == DType::kFloat32, float, uint16_t>;
+
+template <class S, DType G>
+inline typename S::V LoadGrad(const GradT<G>* g) {
+  if constexpr (G == DType::kFloat32) {
+    return S::Load(g);
+  } else if constexpr (G == DType::kFloat16) {
+    return S::LoadF16(g);
+  } else {
+    return S::LoadBf16(g);
+  }
+}
+
+template <class S, CopyKind C>
+inline void StoreCopy(uint16_t* out, typename S::V p) {
+  if constexpr (C == CopyKind::kFloat16) {
+    S::StoreF16(out, p);
+  } else if constexpr (C == CopyKind::kBFloat16) {
+    S::StoreBf16(out, p);
+  }
+}
+
+// Adam / AdamW. Per element, in fp32:
+//   g  = grad * grad_scale + l2_decay * p
+//   m  = beta1 * m + (1 - beta1) * g
+//   v  = beta2 * v + (1 - beta2) * g^2
+//   p  = p * decoupled_decay - step_size * m / (sqrt(v) * bc2_rsqrt + eps)
+template <class S, DType G, CopyKind C>
+struct AdamOp {
+  using V = typename S::V;
+  static constexpr DType kGrad = G;
+  static constexpr CopyKind kCopy = C;
+  static constexpr bool kUsesState1 = true;
+  static constexpr bool kUsesState2 = true;
+  struct K {
+    V b1, omb1, b2, omb2, eps, step, bc2, l2, dd, gs;
+    explicit K(const StepCoeffs& c)
+        : b1(S::Set1(c.beta1)),
+          omb1(S::Set1(c.one_minus_beta1)),
+          b2(S::Set1(c.beta2)),
+          omb2(S::Set1(c.one_minus_beta2)),
+          eps(S::Set1(c.eps)),
+          step(S::Set1(c.step_size)),
+          bc2(S::Set1(c.bc2_rsqrt)),
+          l2(S::Set1(c.l2_decay)),
+          dd(S::Set1(c.decoupled_decay)),
+          gs(S::Set1(c.grad_scale)) {}
+  };
+  static inline void Apply(const K& k, float* p, const GradT<G>* g, float* m, float* v,
+                           uint16_t* out) {
+    V pv = S::Load(p);
+    V gv = S::MulAdd(pv, k.l2, S::Mul(LoadGrad<S, G>(g), k.gs));
+    V mv = S::MulAdd(S::Load(m), k.b1, S::Mul(gv, k.omb1));
+    V vv = S::MulAdd(S::Load(v), k.b2, S::Mul(S::Mul(gv, gv), k.omb2));
+    V denom = S::MulAdd(S::Sqrt(vv), k.bc2, k.eps);
+    pv = S::NegMulAdd(k.step, S::Div(mv, denom), S::Mul(pv, k.dd));
+    S::Store(p, pv);
+    S::Store(m, mv);
+    S::Store(v, vv);
+    StoreCopy<S, C>(out, pv);
+  }
+};
+
+// Adagrad (PyTorch's rule, lr_decay 0). Per element:
+//   g = grad * grad_scale + l2_decay * p;  s += g^2;  p -= lr * g / (sqrt(s) + eps)
+template <class S, DType G, CopyKind C>
+struct AdagradOp {
+  using V = typename S::V;
+  static constexpr DType kGrad = G;
+  static constexpr CopyKind kCopy = C;
+  static constexpr bool kUsesState1 = false;
+  static constexpr bool kUsesState2 = true;
+  struct K {
+    V lr, eps, l2, gs;
+    explicit K(const StepCoeffs& c)
+        : lr(S::Set1(c.lr)),
+          eps(S::Set1(c.eps)),
+          l2(S::Set1(c.l2_decay)),
+          gs(S::Set1(c.grad_scale)) {}
+  };
+  static inline void Apply(const K& k, float* p, const GradT<G>* g, float* /*m*/, float* s,
+                           uint16_t* out) {
+    V pv = S::Load(p);
+    V gv = S::MulAdd(pv, k.l2, S::Mul(LoadGrad<S, G>(g), k.gs));
+    V sv = S::MulAdd(gv, gv, S::Load(s));
+    V denom = S::Add(S::Sqrt(sv), k.eps);
+    pv = S::NegMulAdd(k.lr, S::Div(gv, denom), pv);
+    S::Store(p, pv);
+    S::Store(s, sv);
+    StoreCopy<S, C>(out, pv);
+  }
+};
+
+// Lion. Per element:
+//   g = grad * grad_scale;  p *= decoupled_decay
+//   p -= lr * sign(beta1 * m + (1 - beta1) * g);  m = beta2 * m + (1 - beta2) * g
+template <class S, DType G, CopyKind C>
+struct LionOp {
+  using V = typename S::V;
+  static constexpr DType kGrad = G;
+  static constexpr CopyKind kCopy = C;
+  static constexpr bool kUsesState1 = true;
+  static constexpr bool kUsesState2 = false;
+  struct K {
+    V lr, b1, omb1, b2, omb2, dd, gs;
+    explicit K(const StepCoeffs& c)
+        : lr(S::Set1(c.lr)),
+          b1(S::Set1(c.beta1)),
+          omb1(S::Set1(c.one_minus_beta1)),
+          b2(S::Set1(c.beta2)),
+          omb2(S::Set1(c.one_minus_beta2)),
+          dd(S::Set1(c.decoupled_decay)),
+          gs(S::Set1(c.grad_scale)) {}
+  };
+  static inline void Apply(const K& k, float* p, const GradT<G>* g, float* m, float* /*v*/,
+                           uint16_t* out) {
+    V gv = S::Mul(LoadGrad<S, G>(g), k.gs);
+    V mv = S::Load(m);
+    V cv = S::MulAdd(mv, k.b1, S::Mul(gv, k.omb1));
+    V pv = S::NegMulAdd(k.lr, S::Sign(cv), S::Mul(S::Load(p), k.dd));
+    mv = S::MulAdd(mv, k.b2, S::Mul(gv, k.omb2));
+    S::Store(p, pv);
+    S::Store(m, mv);
+    StoreCopy<S, C>(out, pv);
+  }
+};
+
+// Runs Op over [begin, end): full vectors in place, then the ragged tail (< kWidth elements) on a
+// zero-padded stack copy with the same vector code, so every element sees identical arithmetic.
+template <class S, class Op>
+void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end) {
+  using GT = GradT<Op::kGrad>;
+  constexpr size_t kW = S::kWidth;
+  constexpr size_t kStep = kW * S::kUnroll;
+  constexpr bool kCopy = Op::kCopy != CopyKind::kNone;
+  const typename Op::K k(c);
+  float* const p = a.params;
+  const GT* const g = static_cast<const GT*>(a.grads);
+  float* const s1 = a.state1;
+  float* const s2 = a.state2;
+  uint16_t* const out = a.copy;
+  auto apply = [&](size_t i) {
+    Op::Apply(k, p + i, g + i, Op::kUsesState1 ? s1 + i : nullptr,
+              Op::kUsesState2 ? s2 + i : nullptr, kCopy ? out + i : nullptr);
+  };
+  size_t i = begin;
+  if (S::kPrefetch && c.prefetch_bytes != 0) {
+    const size_t ahead = c.prefetch_bytes / sizeof(float);
+    for (; i + kStep <= end; i += kStep) {
+      const size_t f = i + ahead;  // prefetching past the end is harmless (never faults)
+      S::Prefetch(p + f);
+      S::Prefetch(g + f);
+      if (Op::kUsesState1) S::Prefetch(s1 + f);
+      if (Op::kUsesState2) S::Prefetch(s2 + f);
+      for (size_t u = 0; u < S::kUnroll; ++u) apply(i + u * kW);
+    }
+  }
+  for (; i + kW <= end; i += kW) apply(i);
+  if (i == end) return;
+
+  const size_t n = end - i;
+  alignas(64) float tp[kW] = {};
+  alignas(64) GT tg[kW] = {};
+  alignas(64) float t1[kW] = {};
+  alignas(64) float t2[kW] = {};
+  alignas(64) uint16_t to[kW] = {};
+  std::memcpy(tp, p + i, n * sizeof(float));
+  std::memcpy(tg, g + i, n * sizeof(GT));
+  if (Op::kUsesState1) std::memcpy(t1, s1 + i, n * sizeof(float));
+  if (Op::kUsesState2) std::memcpy(t2, s2 + i, n * sizeof(float));
+  Op::Apply(k, tp, tg, t1, t2, to);
+  std::memcpy(p + i, tp, n * sizeof(float));
+  if (Op::kUsesState1) std::memcpy(s1 + i, t1, n * sizeof(float));
+  if (Op::kUsesState2) std::memcpy(s2 + i, t2, n * sizeof(float));
+  if (kCopy) std::memcpy(out + i, to, n * sizeof(uint16_t));
+}
+
+template <class S, template <class, DType, CopyKind> class Op, DType G>
+void FillRow(TileFn (&row)[kNumCopyKinds]) {
+  row[static_cast<int>(CopyKind::kNone)] = &RunRange<S, Op<S, G, CopyKind::kNone>>;
+  row[static_cast<int>(CopyKind::kFloat16)] = &RunRange<S, Op<S, G, CopyKind::kFloat16>>;
+  row[static_cast<int>(CopyKind::kBFloat16)] = &RunRange<S, Op<S, G, CopyKind::kBFloat16>>;
+}
+
+template <class S, template <class, DType, CopyKind> class Op>
+void FillOp(TileFn (&t)[kNumGradKinds][kNumCopyKinds]) {
+  FillRow<S, Op, DType::kFloat32>(t[static_cast<int>(DType::kFloat32)]);
+  FillRow<S, Op, DType::kFloat16>(t[static_cast<int>(DType::kFloat16)]);
+  FillRow<S, Op, DType::kBFloat16>(t[static_cast<int>(DType::kBFloat16)]);
+}
+
+template <class S>
+KernelTable MakeKernelTable(const char* name) {
+  KernelTable t;
+  t.name = name;
+  FillOp<S, AdamOp>(t.adam);
+  FillOp<S, AdagradOp>(t.adagrad);
+  FillOp<S, LionOp>(t.lion);
+  return t;
+}
+
+}  // namespace
+}  // namespace strata::internal

@@ -1,0 +1,42 @@
+// Portable scalar kernels: the fallback for any x86-64 (or other) CPU. Compiled with baseline
+// flags (plus -fno-math-errno so sqrt is one instruction).
+
+#include <cmath>
+
+#include "cpu_adam/half_convert.h"
+#include "cpu_adam/kernel_impl.h"
+
+namespace strata::internal {
+namespace {
+
+struct ScalarOps {
+  using V = float;
+  static constexpr size_t kWidth = 1;
+  static constexpr size_t kUnroll = 1;
+  static constexpr bool kPrefetch = false;
+  static V Set1(float x) { return x; }
+  static V Load(const float* p) { return *p; }
+  static void Store(float* p, V v) { *p = v; }
+  static V LoadF16(const uint16_t* p) { return ScalarHalfToFloat(*p); }
+  static V LoadBf16(const uint16_t* p) { return ScalarBf16ToFloat(*p); }
+  static void StoreF16(uint16_t* p, V v) { *p = ScalarFloatToHalf(v); }
+  static void StoreBf16(uint16_t* p, V v) { *p = ScalarFloatToBf16(v); }
+  static V Add(V a, V b) { return a + b; }
+  static V Mul(V a, V b) { return a * b; }
+  static V Div(V a, V b) { return a / b; }
+  static V Sqrt(V a) { return __builtin_sqrtf(a); }
+  // Two roundings: baseline x86-64 has no FMA (and -ffp-contract cannot fuse without one).
+  static V MulAdd(V a, V b, V c) { return a * b + c; }
+  static V NegMulAdd(V a, V b, V c) { return c - a * b; }
+  static V Sign(V a) { return a > 0.0f ? 1.0f : (a < 0.0f ? -1.0f : 0.0f); }
+  static void Prefetch(const void*) {}
+};
+
+}  // namespace
+
+const KernelTable& ScalarKernels() {
+  static const KernelTable table = MakeKernelTable<ScalarOps>("scalar");
+  return table;
+}
+
+}  // namespace strata::internal

@@ -1,0 +1,98 @@
+// Run-time ISA detection and the STRATA_SIMD override.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <optional>
+#include <string>
+
+#include "cpu_adam/cpu_optimizer.h"
+#include "cpu_adam/simd_isa.h"
+
+namespace strata {
+namespace {
+
+// Sets STRATA_SIMD for one scope and restores the previous value.
+class ScopedSimdEnv {
+ public:
+  explicit ScopedSimdEnv(const char* value) {
+    if (const char* old = getenv("STRATA_SIMD")) old_ = old;
+    setenv("STRATA_SIMD", value, 1);
+  }
+  ~ScopedSimdEnv() {
+    if (old_) {
+      setenv("STRATA_SIMD", old_->c_str(), 1);
+    } else {
+      unsetenv("STRATA_SIMD");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+TEST(SimdIsaTest, ParsesNamesAndRejectsUnknownOnes) {
+  for (SimdIsa isa : {SimdIsa::kAuto, SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
+    Result<SimdIsa> r = ParseSimdIsa(SimdIsaName(isa));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, isa);
+  }
+  Result<SimdIsa> bad = ParseSimdIsa("sse9");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("scalar, avx2, avx512"), std::string::npos);
+}
+
+TEST(SimdIsaTest, ScalarIsAlwaysSupportedAndBestIsSupported) {
+  EXPECT_TRUE(CpuSupports(SimdIsa::kScalar));
+  EXPECT_TRUE(CpuSupports(BestSupportedIsa()));
+  if (CpuSupports(SimdIsa::kAvx512)) {
+    EXPECT_TRUE(CpuSupports(SimdIsa::kAvx2));
+  }
+  EXPECT_FALSE(CpuSimdFeatures().empty());
+}
+
+TEST(SimdIsaTest, AutoPicksBestWithoutOverride) {
+  ScopedSimdEnv env("");
+  Result<SimdIsa> r = ResolveSimdIsa(SimdIsa::kAuto);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, BestSupportedIsa());
+}
+
+TEST(SimdIsaTest, EnvironmentOverridesAuto) {
+  ScopedSimdEnv env("scalar");
+  Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);
+  ASSERT_TRUE(opt.ok()) << opt.status().ToString();
+  EXPECT_EQ(opt->isa(), SimdIsa::kScalar);
+  EXPECT_STREQ(opt->kernel_name(), "scalar");
+}
+
+TEST(SimdIsaTest, ExplicitIsaWinsOverEnvironment) {
+  ScopedSimdEnv env("scalar");
+  Result<SimdIsa> r = ResolveSimdIsa(BestSupportedIsa());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, BestSupportedIsa());
+}
+
+TEST(SimdIsaTest, UnknownEnvironmentValueIsInvalidArgument) {
+  ScopedSimdEnv env("avx9000");
+  Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);
+  ASSERT_FALSE(opt.ok());
+  EXPECT_EQ(opt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(opt.status().message().find("STRATA_SIMD"), std::string::npos);
+}
+
+TEST(SimdIsaTest, UnsupportedIsaIsUnavailable) {
+  if (CpuSupports(SimdIsa::kAvx512)) GTEST_SKIP() << "this CPU has AVX-512: nothing unsupported";
+  ScopedSimdEnv env("avx512");
+  Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);
+  ASSERT_FALSE(opt.ok());
+  EXPECT_EQ(opt.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(opt.status().message().find("avx512"), std::string::npos) << opt.status().ToString();
+  CpuOptimizerOptions o;
+  o.isa = SimdIsa::kAvx512;
+  EXPECT_EQ(CpuOptimizer::Create(OptimizerKind::kAdam, o).status().code(),
+            StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace strata
