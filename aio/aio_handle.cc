@@ -201,6 +201,15 @@ Status AioHandle::Sync(const std::string& path) {
   return Status::Ok();
 }
 
+std::vector<int64_t> AioHandle::TakeLatencies() {
+  std::vector<int64_t> all;
+  for (auto& w : workers_) {
+    auto l = w->TakeLatencies();
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  return all;
+}
+
 std::string AioHandle::Describe() const {
   std::string s = workers_.front()->engine().Describe();
   s += ", block " + FormatBytes(options_.block_size) + ", qd " +

@@ -100,6 +100,9 @@ class AioHandle {
   // fdatasync of a file this handle has open (checkpoints need it).
   Status Sync(const std::string& path);
 
+  // Piece latencies (ns) since the last call, all threads (options.record_latency only).
+  std::vector<int64_t> TakeLatencies();
+
   const AioOptions& options() const { return options_; }
   // "io_uring (fixed files, registered buffers), block 1 MiB, qd 8, 1 thread, overlap".
   std::string Describe() const;

@@ -30,6 +30,8 @@ struct AioOptions {
   bool fixed_files = true;         // io_uring: register files
   bool registered_buffers = true;  // io_uring: honour AioHandle::RegisterBuffer
   bool sqpoll = false;             // io_uring: SQPOLL thread (costs a core)
+  // Record each piece's submit-to-completion time (AioHandle::TakeLatencies). For aio_bench.
+  bool record_latency = false;
 
   // Tests: makes worker i's engine (e.g. a fault-injecting wrapper). Default: CreateIoEngine.
   std::function<Result<std::unique_ptr<IoEngine>>(int worker, const IoEngineOptions&)>

@@ -4,12 +4,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/units.h"
 
 namespace strata::internal {
 namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string PieceName(IoOp op, const OpenFile& f, uint64_t offset, uint64_t size) {
   return std::string(op == IoOp::kRead ? "read " : "write ") + f.path + " @ " +
@@ -178,6 +185,7 @@ void AioWorker::IssuePieces() {
           static_cast<uint32_t>(std::min<uint64_t>(options_.block_size, seg.size - seg.issued));
       sl.done = 0;
       sl.io_buf = sl.user_buf;
+      if (options_.record_latency) sl.start_ns = NowNs();
       if (direct && reinterpret_cast<uintptr_t>(sl.user_buf) % seg.file->align.mem_align != 0) {
         // The caller's buffer is not O_DIRECT-aligned: go through this slot's bounce region.
         sl.io_buf = BounceFor(s);
@@ -284,7 +292,17 @@ void AioWorker::Complete(const IoCompletion& c) {
     std::memcpy(sl.user_buf, sl.io_buf, sl.size);
   }
   seg.completed += sl.size;
+  if (options_.record_latency) latencies_ns_.push_back(NowNs() - sl.start_ns);
   Release(s);
+}
+
+std::vector<int64_t> AioWorker::TakeLatencies() {
+  std::vector<int64_t> out;
+  RunOnWorker([&](IoEngine&) {
+    out.swap(latencies_ns_);
+    return Status::Ok();
+  }).IgnoreError();
+  return out;
 }
 
 void AioWorker::Fail(Segment& seg, const Status& s) {

@@ -32,6 +32,8 @@ class AioWorker {
   Status RunOnWorker(std::function<Status(IoEngine&)> fn);
 
   const IoEngine& engine() const { return *engine_; }
+  // Any thread: the piece latencies (ns) recorded since the last call (record_latency only).
+  std::vector<int64_t> TakeLatencies();
 
  private:
   struct Slot {
@@ -41,6 +43,7 @@ class AioWorker {
     uint64_t offset = 0;
     uint32_t size = 0;
     uint32_t done = 0;
+    int64_t start_ns = 0;
   };
   struct Control {
     std::function<Status(IoEngine&)> fn;
@@ -81,6 +84,7 @@ class AioWorker {
   std::vector<int> retry_;  // slots to resubmit (EAGAIN, short transfer, partial submit)
   std::vector<IoCompletion> completions_;
   int inflight_ = 0;
+  std::vector<int64_t> latencies_ns_;
 
   std::thread thread_;
 };
