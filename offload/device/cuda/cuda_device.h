@@ -1,0 +1,30 @@
+// CudaDevice: the Device interface on a real NVIDIA GPU (cudaMallocAsync pools, cudaMemcpyAsync,
+// CUDA events, streams with priorities, the kernel set as real CUDA kernels).
+//
+// This header is free of CUDA includes. The implementation is compiled only when CMake finds the
+// CUDA toolkit (STRATA_WITH_CUDA); callers reach it through CreateDevice() in registry.h.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "core/status.h"
+#include "offload/device/device.h"
+
+namespace strata {
+
+struct CudaDeviceOptions {
+  int ordinal = 0;
+  // Cap on device memory this Device hands out (0 = whatever the GPU has). Allocations past it
+  // fail with OutOfMemory (tier device) like the GPU's own limit.
+  size_t memory_limit_bytes = 0;
+};
+
+// Number of usable CUDA devices, or Unavailable with the driver's reason ("no CUDA device:
+// cudaGetDeviceCount: ...").
+Result<int> CudaDeviceCount();
+
+// Unavailable when there is no (such) GPU.
+Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options);
+
+}  // namespace strata
