@@ -76,9 +76,9 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
          std::string(DTypeName(grad)) + "grad_" + copy_name;
 }
 
-class KernelConformanceTest : public ::testing::TestWithParam<Param> {};
+class CpuAdamKernelTest : public ::testing::TestWithParam<Param> {};
 
-TEST_P(KernelConformanceTest, MatchesDoublePrecisionReference) {
+TEST_P(CpuAdamKernelTest, MatchesDoublePrecisionReference) {
   const auto& [isa, variant, grad_dtype, copy] = GetParam();
   if (!CpuSupports(isa)) {
     GTEST_SKIP() << "this CPU lacks " << SimdIsaName(isa) << " (has: " << CpuSimdFeatures() << ")";
@@ -118,7 +118,7 @@ TEST_P(KernelConformanceTest, MatchesDoublePrecisionReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    AllKernels, KernelConformanceTest,
+    AllKernels, CpuAdamKernelTest,
     ::testing::Combine(::testing::Values(SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512),
                        ::testing::Values(Variant::kAdamW, Variant::kAdamL2,
                                          Variant::kAdamNoBiasCorrection, Variant::kAdagrad,

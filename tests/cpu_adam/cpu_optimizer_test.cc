@@ -28,7 +28,7 @@ CpuOptimizer MakeOptimizer(OptimizerKind kind, CpuOptimizerOptions o = {}) {
   return std::move(r).value();
 }
 
-TEST(CpuOptimizerTest, RejectsBadOptions) {
+TEST(CpuAdamOptimizerTest, RejectsBadOptions) {
   CpuOptimizerOptions o;
   o.tile_numel = 100;
   Result<CpuOptimizer> r = CpuOptimizer::Create(OptimizerKind::kAdam, o);
@@ -41,7 +41,7 @@ TEST(CpuOptimizerTest, RejectsBadOptions) {
             StatusCode::kInvalidArgument);
 }
 
-TEST(CpuOptimizerTest, RejectsBadHyperparamsNamingTheField) {
+TEST(CpuAdamOptimizerTest, RejectsBadHyperparamsNamingTheField) {
   CpuOptimizer opt = MakeOptimizer(OptimizerKind::kAdam);
   Hyperparams hp;
   hp.beta2 = 1.0f;
@@ -59,7 +59,7 @@ TEST(CpuOptimizerTest, RejectsBadHyperparamsNamingTheField) {
   EXPECT_EQ(opt.SetLearningRate(5, 1e-3f).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(CpuOptimizerTest, RejectsBadTensorsAndModifiesNothing) {
+TEST(CpuAdamOptimizerTest, RejectsBadTensorsAndModifiesNothing) {
   CpuOptimizer opt = MakeOptimizer(OptimizerKind::kAdam);
   ASSERT_TRUE(opt.AddGroup({}).ok());
   OptimizerProblem prob(OptimizerKind::kAdam, 100, DType::kFloat32, true, DType::kBFloat16, 1,
@@ -94,7 +94,7 @@ TEST(CpuOptimizerTest, RejectsBadTensorsAndModifiesNothing) {
   EXPECT_EQ(*opt.step_count(0), 0);
 }
 
-TEST(CpuOptimizerTest, StepCountersArePerGroupAndMatchExplicitSteps) {
+TEST(CpuAdamOptimizerTest, StepCountersArePerGroupAndMatchExplicitSteps) {
   CpuOptimizer opt = MakeOptimizer(OptimizerKind::kAdam);
   Hyperparams a, b;
   b.lr = 5e-3f;
@@ -118,7 +118,7 @@ TEST(CpuOptimizerTest, StepCountersArePerGroupAndMatchExplicitSteps) {
   EXPECT_EQ(opt.SetStepCount(0, -1).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(CpuOptimizerTest, EmptyTensorIsANoOpStep) {
+TEST(CpuAdamOptimizerTest, EmptyTensorIsANoOpStep) {
   CpuOptimizer opt = MakeOptimizer(OptimizerKind::kLion);
   ASSERT_TRUE(opt.AddGroup(DefaultHyperparams(OptimizerKind::kLion)).ok());
   ASSERT_TRUE(opt.Step(0, StepTensors{}).ok());
@@ -127,7 +127,7 @@ TEST(CpuOptimizerTest, EmptyTensorIsANoOpStep) {
 
 // Results must not depend on threads, arenas or tile size: every element is computed by the same
 // instructions wherever it falls.
-TEST(CpuOptimizerTest, BitwiseIdenticalAcrossThreadCountsAndTileSizes) {
+TEST(CpuAdamOptimizerTest, BitwiseIdenticalAcrossThreadCountsAndTileSizes) {
   const uint64_t seed = testing::TestSeed();
   for (SimdIsa isa : {SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
     if (!CpuSupports(isa)) continue;
@@ -169,7 +169,7 @@ TEST(CpuOptimizerTest, BitwiseIdenticalAcrossThreadCountsAndTileSizes) {
   }
 }
 
-TEST(CpuOptimizerTest, TileCallbackSeesEveryFinishedTileOnce) {
+TEST(CpuAdamOptimizerTest, TileCallbackSeesEveryFinishedTileOnce) {
   CpuOptimizerOptions o;
   o.tile_numel = 1024;
   o.num_threads = 2;
@@ -201,7 +201,7 @@ TEST(CpuOptimizerTest, TileCallbackSeesEveryFinishedTileOnce) {
 
 // Fused scaling computes g * scale as its first rounding, exactly as scaling the gradients in a
 // separate pass would: the results are identical.
-TEST(CpuOptimizerTest, FusedGradScaleEqualsPrescaledGradients) {
+TEST(CpuAdamOptimizerTest, FusedGradScaleEqualsPrescaledGradients) {
   for (SimdIsa isa : {SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
     if (!CpuSupports(isa)) continue;
     CpuOptimizerOptions o;
@@ -225,7 +225,7 @@ TEST(CpuOptimizerTest, FusedGradScaleEqualsPrescaledGradients) {
 
 // 300 AdamW steps with fresh gradients each step, float kernels vs a run kept in double
 // throughout: rounding errors must stay small and must not grow into drift.
-TEST(CpuOptimizerTest, LongTrajectoryStaysCloseToDoublePrecision) {
+TEST(CpuAdamOptimizerTest, LongTrajectoryStaysCloseToDoublePrecision) {
   const uint64_t seed = testing::TestSeed();
   for (SimdIsa isa : {SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
     if (!CpuSupports(isa)) continue;

@@ -18,7 +18,7 @@ float FromBits(uint32_t u) {
   return f;
 }
 
-TEST(DTypeTest, NamesRoundTrip) {
+TEST(CpuAdamDTypeTest, NamesRoundTrip) {
   for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     EXPECT_EQ(ParseDType(DTypeName(d)), d);
   }
@@ -28,7 +28,7 @@ TEST(DTypeTest, NamesRoundTrip) {
   EXPECT_EQ(DTypeSizeBytes(DType::kBFloat16), 2u);
 }
 
-TEST(DTypeTest, HalfKnownValues) {
+TEST(CpuAdamDTypeTest, HalfKnownValues) {
   EXPECT_EQ(HalfToFloat(0x3C00), 1.0f);
   EXPECT_EQ(HalfToFloat(0x7BFF), 65504.0f);
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
@@ -45,7 +45,7 @@ TEST(DTypeTest, HalfKnownValues) {
   EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::quiet_NaN()) & 0x7E00, 0x7E00);
 }
 
-TEST(DTypeTest, BFloat16KnownValues) {
+TEST(CpuAdamDTypeTest, BFloat16KnownValues) {
   EXPECT_EQ(BFloat16ToFloat(0x3F80), 1.0f);
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3F80);
   EXPECT_EQ(FloatToBFloat16(FromBits(0x3F808000)), 0x3F80);  // tie, even stays
@@ -85,11 +85,11 @@ void CheckExhaustive(ToFloat to_float, FromFloat from_float, uint16_t inf_bits) 
   }
 }
 
-TEST(DTypeTest, HalfExhaustiveRoundTripAndRounding) {
+TEST(CpuAdamDTypeTest, HalfExhaustiveRoundTripAndRounding) {
   CheckExhaustive(HalfToFloat, FloatToHalf, 0x7C00);
 }
 
-TEST(DTypeTest, BFloat16ExhaustiveRoundTripAndRounding) {
+TEST(CpuAdamDTypeTest, BFloat16ExhaustiveRoundTripAndRounding) {
   CheckExhaustive(BFloat16ToFloat, FloatToBFloat16, 0x7F80);
 }
 

@@ -12,9 +12,9 @@
 namespace strata {
 namespace {
 
-class LargeKernelTest : public ::testing::TestWithParam<SimdIsa> {};
+class CpuAdamLargeTest : public ::testing::TestWithParam<SimdIsa> {};
 
-TEST_P(LargeKernelTest, TenMillionElementsMatchReference) {
+TEST_P(CpuAdamLargeTest, TenMillionElementsMatchReference) {
   const SimdIsa isa = GetParam();
   if (!CpuSupports(isa)) {
     GTEST_SKIP() << "this CPU lacks " << SimdIsaName(isa) << " (has: " << CpuSimdFeatures() << ")";
@@ -44,7 +44,7 @@ TEST_P(LargeKernelTest, TenMillionElementsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, LargeKernelTest,
+INSTANTIATE_TEST_SUITE_P(Isa, CpuAdamLargeTest,
                          ::testing::Values(SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512),
                          [](const auto& info) { return std::string(SimdIsaName(info.param)); });
 

@@ -30,7 +30,7 @@ class ScopedSimdEnv {
   std::optional<std::string> old_;
 };
 
-TEST(SimdIsaTest, ParsesNamesAndRejectsUnknownOnes) {
+TEST(CpuAdamSimdIsaTest, ParsesNamesAndRejectsUnknownOnes) {
   for (SimdIsa isa : {SimdIsa::kAuto, SimdIsa::kScalar, SimdIsa::kAvx2, SimdIsa::kAvx512}) {
     Result<SimdIsa> r = ParseSimdIsa(SimdIsaName(isa));
     ASSERT_TRUE(r.ok());
@@ -42,7 +42,7 @@ TEST(SimdIsaTest, ParsesNamesAndRejectsUnknownOnes) {
   EXPECT_NE(bad.status().message().find("scalar, avx2, avx512"), std::string::npos);
 }
 
-TEST(SimdIsaTest, ScalarIsAlwaysSupportedAndBestIsSupported) {
+TEST(CpuAdamSimdIsaTest, ScalarIsAlwaysSupportedAndBestIsSupported) {
   EXPECT_TRUE(CpuSupports(SimdIsa::kScalar));
   EXPECT_TRUE(CpuSupports(BestSupportedIsa()));
   if (CpuSupports(SimdIsa::kAvx512)) {
@@ -51,14 +51,14 @@ TEST(SimdIsaTest, ScalarIsAlwaysSupportedAndBestIsSupported) {
   EXPECT_FALSE(CpuSimdFeatures().empty());
 }
 
-TEST(SimdIsaTest, AutoPicksBestWithoutOverride) {
+TEST(CpuAdamSimdIsaTest, AutoPicksBestWithoutOverride) {
   ScopedSimdEnv env("");
   Result<SimdIsa> r = ResolveSimdIsa(SimdIsa::kAuto);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, BestSupportedIsa());
 }
 
-TEST(SimdIsaTest, EnvironmentOverridesAuto) {
+TEST(CpuAdamSimdIsaTest, EnvironmentOverridesAuto) {
   ScopedSimdEnv env("scalar");
   Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);
   ASSERT_TRUE(opt.ok()) << opt.status().ToString();
@@ -66,14 +66,14 @@ TEST(SimdIsaTest, EnvironmentOverridesAuto) {
   EXPECT_STREQ(opt->kernel_name(), "scalar");
 }
 
-TEST(SimdIsaTest, ExplicitIsaWinsOverEnvironment) {
+TEST(CpuAdamSimdIsaTest, ExplicitIsaWinsOverEnvironment) {
   ScopedSimdEnv env("scalar");
   Result<SimdIsa> r = ResolveSimdIsa(BestSupportedIsa());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, BestSupportedIsa());
 }
 
-TEST(SimdIsaTest, UnknownEnvironmentValueIsInvalidArgument) {
+TEST(CpuAdamSimdIsaTest, UnknownEnvironmentValueIsInvalidArgument) {
   ScopedSimdEnv env("avx9000");
   Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);
   ASSERT_FALSE(opt.ok());
@@ -81,7 +81,7 @@ TEST(SimdIsaTest, UnknownEnvironmentValueIsInvalidArgument) {
   EXPECT_NE(opt.status().message().find("STRATA_SIMD"), std::string::npos);
 }
 
-TEST(SimdIsaTest, UnsupportedIsaIsUnavailable) {
+TEST(CpuAdamSimdIsaTest, UnsupportedIsaIsUnavailable) {
   if (CpuSupports(SimdIsa::kAvx512)) GTEST_SKIP() << "this CPU has AVX-512: nothing unsupported";
   ScopedSimdEnv env("avx512");
   Result<CpuOptimizer> opt = CpuOptimizer::Create(OptimizerKind::kAdam);

@@ -1,0 +1,365 @@
+// cpu_adam_roofline: how close Strata's CPU Adam gets to the memory ceiling of its own access
+// pattern, and how it compares with a plain -O3 -march=native loop, on one machine in one run.
+//
+//   cpu_adam_roofline [--params N[K|M|G]] [--rounds R] [--json] [--no-tricks] [--pages-compare]
+//
+// All variants run on the same arrays (2 MiB-aligned, transparent huge pages, touched before
+// timing), interleaved round by round in alternating order; the table shows medians. Ratios:
+// Strata / probe of the same dtype mix and thread count, and Strata / plain loop (fp32).
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
+#include <sched.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "aio/aligned_buffer.h"
+#include "bench/cpu_adam_roofline/measure.h"
+#include "bench/cpu_adam_roofline/streams.h"
+#include "cpu_adam/cpu_optimizer.h"
+
+namespace strata::bench {
+namespace {
+
+constexpr double kBytesPerParam = 28;  // both mixes: fp32 16 read + 12 written; bf16 14 + 14
+
+struct Args {
+  size_t params = size_t{256} << 20;
+  int rounds = 7;
+  int warmup = 1;
+  bool json = false;
+  bool tricks = true;
+  bool pages_compare = false;
+};
+
+[[noreturn]] void Usage(const char* why) {
+  std::fprintf(stderr,
+               "cpu_adam_roofline: %s\nusage: cpu_adam_roofline [--params N[K|M|G]] "
+               "[--rounds R] [--json] [--no-tricks] [--pages-compare]\n",
+               why);
+  std::exit(2);
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(("missing value for " + s).c_str());
+      return argv[++i];
+    };
+    if (s == "--params") {
+      const std::string v = value();
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      const std::string unit = end;
+      if (unit == "K" || unit == "k") x *= 1 << 10;
+      if (unit == "M" || unit == "m") x *= 1 << 20;
+      if (unit == "G" || unit == "g") x *= 1 << 30;
+      if (!(x >= 1024) || (!unit.empty() && unit.find_first_not_of("KkMmGg") != std::string::npos)) {
+        Usage("--params wants a count >= 1024, e.g. 256M");
+      }
+      a.params = static_cast<size_t>(x) / 64 * 64;
+    } else if (s == "--rounds") {
+      a.rounds = std::atoi(value().c_str());
+      if (a.rounds < 1) Usage("--rounds wants >= 1");
+    } else if (s == "--json") {
+      a.json = true;
+    } else if (s == "--no-tricks") {
+      a.tricks = false;
+    } else if (s == "--pages-compare") {
+      a.pages_compare = true;
+    } else {
+      Usage(("unknown flag " + s).c_str());
+    }
+  }
+  return a;
+}
+
+AlignedBuffer Alloc(size_t bytes, bool huge) {
+  AlignedBufferOptions o;
+  o.huge_pages = huge;
+  o.populate = true;
+  Result<AlignedBuffer> b = AlignedBuffer::Allocate(bytes, o);
+  if (!b.ok()) {
+    std::fprintf(stderr, "cpu_adam_roofline: %s\n", b.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(b).value();
+}
+
+// fp32 master + state (+ fp32 grads), and the 16-bit grads and copy for the bf16 mix.
+struct Arrays {
+  Arrays(size_t n, bool huge, bool with_half)
+      : p(Alloc(n * 4, huge)), g(Alloc(n * 4, huge)), m(Alloc(n * 4, huge)), v(Alloc(n * 4, huge)) {
+    if (with_half) {
+      g16 = Alloc(n * 2, huge);
+      c16 = Alloc(n * 2, huge);
+    }
+    RunSplit(2, false, n, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) {
+        const float r = static_cast<float>((i * 2654435761u) & 0xFFFFFF) * (1.0f / (1 << 24));
+        P()[i] = r - 0.5f;
+        G()[i] = (0.5f - r) * 1e-2f;
+        M()[i] = 0;
+        V()[i] = 1e-4f;
+        if (with_half) G16()[i] = FloatToBFloat16(G()[i]);
+      }
+    });
+  }
+  float* P() const { return static_cast<float*>(p.data()); }
+  float* G() const { return static_cast<float*>(g.data()); }
+  float* M() const { return static_cast<float*>(m.data()); }
+  float* V() const { return static_cast<float*>(v.data()); }
+  uint16_t* G16() const { return static_cast<uint16_t*>(g16.data()); }
+  uint16_t* C16() const { return static_cast<uint16_t*>(c16.data()); }
+  AlignedBuffer p, g, m, v, g16, c16;
+};
+
+// Pins each thread that enters the arena to CPU = its slot index; unpins on exit.
+class PinningObserver : public tbb::task_scheduler_observer {
+ public:
+  explicit PinningObserver(tbb::task_arena& arena) : tbb::task_scheduler_observer(arena) {
+    observe(true);
+  }
+  ~PinningObserver() override { observe(false); }
+  void on_scheduler_entry(bool) override {
+    PinCurrentThread(tbb::this_task_arena::current_thread_index());
+  }
+  void on_scheduler_exit(bool) override {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+    sched_setaffinity(0, sizeof(all), &all);
+  }
+};
+
+struct Bench {
+  Args args;
+  Hyperparams hp;
+  PlainAdamArgs plain{};
+  std::vector<Variant> variants;
+  std::vector<std::unique_ptr<CpuOptimizer>> optimizers;
+  std::vector<std::unique_ptr<tbb::task_arena>> arenas;
+  std::vector<std::unique_ptr<PinningObserver>> observers;
+  static constexpr int64_t kStep = 10;
+
+  CpuOptimizer* MakeOptimizer(int threads, size_t tile, size_t prefetch) {
+    CpuOptimizerOptions o;
+    o.num_threads = threads;
+    if (tile) o.tile_numel = tile;
+    if (prefetch != SIZE_MAX) o.prefetch_bytes = prefetch;
+    Result<CpuOptimizer> r = CpuOptimizer::Create(OptimizerKind::kAdam, o);
+    STRATA_CHECK_MSG(r.ok(), r.status().ToString());
+    optimizers.push_back(std::make_unique<CpuOptimizer>(std::move(r).value()));
+    return optimizers.back().get();
+  }
+
+  void AddProbe(const std::string& name, const Arrays& a, int threads, bool half) {
+    const size_t n = args.params;
+    variants.push_back({name, half ? "bf16" : "fp32", threads, [&a, n, threads, half] {
+                          RunSplit(threads, false, n, [&](size_t b, size_t e) {
+                            if (half) {
+                              ProbeHalfMix(a.P() + b, a.G16() + b, a.M() + b, a.V() + b,
+                                           a.C16() + b, e - b);
+                            } else {
+                              ProbeFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b);
+                            }
+                          });
+                        }});
+  }
+
+  void AddPlain(const std::string& name, const Arrays& a, int threads, bool pin) {
+    const size_t n = args.params;
+    const PlainAdamArgs pa = plain;
+    variants.push_back({name, "fp32", threads, [&a, n, threads, pin, pa] {
+                          RunSplit(threads, pin, n, [&](size_t b, size_t e) {
+                            PlainAdamFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b, pa);
+                          });
+                        }});
+  }
+
+  // tile 0 / prefetch SIZE_MAX: the library defaults. pin: run in a pinned arena of `threads`.
+  void AddStrata(const std::string& name, const Arrays& a, int threads, bool half, size_t tile = 0,
+                 size_t prefetch = SIZE_MAX, bool pin = false) {
+    CpuOptimizer* opt = MakeOptimizer(pin ? 0 : threads, tile, prefetch);
+    tbb::task_arena* arena = nullptr;
+    if (pin) {
+      arenas.push_back(std::make_unique<tbb::task_arena>(threads));
+      arena = arenas.back().get();
+      arena->initialize();
+      observers.push_back(std::make_unique<PinningObserver>(*arena));
+    }
+    StepTensors t;
+    t.numel = args.params;
+    t.params = a.P();
+    t.exp_avg = a.M();
+    t.exp_avg_sq = a.V();
+    t.grads = half ? static_cast<const void*>(a.G16()) : a.G();
+    t.grad_dtype = half ? DType::kBFloat16 : DType::kFloat32;
+    if (half) {
+      t.param_copy = a.C16();
+      t.param_copy_dtype = DType::kBFloat16;
+    }
+    const Hyperparams hp_copy = hp;
+    variants.push_back({name, half ? "bf16" : "fp32", threads, [opt, arena, t, hp_copy] {
+                          auto step = [&] {
+                            Status s = opt->StepAt(hp_copy, kStep, t);
+                            STRATA_CHECK_MSG(s.ok(), s.ToString());
+                          };
+                          if (arena) {
+                            arena->execute(step);
+                          } else {
+                            step();
+                          }
+                        }});
+  }
+};
+
+std::string Fmt(const char* fmt, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, x);
+  return buf;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  Bench b;
+  b.args = ParseArgs(argc, argv);
+  const size_t n = b.args.params;
+  b.hp.weight_decay = 0.01f;
+  {
+    const double t = Bench::kStep;
+    b.plain.beta1 = b.hp.beta1;
+    b.plain.beta2 = b.hp.beta2;
+    b.plain.eps = b.hp.eps;
+    b.plain.step_size = static_cast<float>(b.hp.lr / (1 - std::pow(double(b.hp.beta1), t)));
+    b.plain.bc2_rsqrt = static_cast<float>(1 / std::sqrt(1 - std::pow(double(b.hp.beta2), t)));
+    b.plain.decay = static_cast<float>(1 - double(b.hp.lr) * b.hp.weight_decay);
+  }
+  if (!b.args.json) {
+    std::printf("cpu_adam_roofline: %zu params (%.2f GiB of fp32 state+grads), %d rounds + %d "
+                "warm-up, %u CPUs, %s\n",
+                n, n * 16.0 / (1 << 30), b.args.rounds, b.args.warmup,
+                std::thread::hardware_concurrency(), CpuSimdFeatures().c_str());
+    std::fflush(stdout);
+  }
+  Arrays huge(n, true, true);
+  std::unique_ptr<Arrays> small_pages;
+  if (b.args.pages_compare) small_pages = std::make_unique<Arrays>(n, false, false);
+  const double thp = huge.p.size() ? double(huge.p.HugePageBackedBytes()) / huge.p.size() : 0;
+
+  b.AddProbe("probe fp32", huge, 1, false);
+  b.AddProbe("probe fp32", huge, 2, false);
+  b.AddPlain("plain loop fp32", huge, 1, false);
+  b.AddPlain("plain loop fp32", huge, 2, false);
+  b.AddStrata("strata fp32", huge, 1, false);
+  b.AddStrata("strata fp32", huge, 2, false);
+  b.AddProbe("probe bf16 mix", huge, 1, true);
+  b.AddProbe("probe bf16 mix", huge, 2, true);
+  b.AddStrata("strata bf16 mix", huge, 1, true);
+  b.AddStrata("strata bf16 mix", huge, 2, true);
+  if (b.args.tricks) {
+    for (size_t pf : {size_t{0}, size_t{256}, size_t{1024}, size_t{4096}}) {
+      b.AddStrata("strata fp32 prefetch " + std::to_string(pf) + " B", huge, 2, false, 0, pf);
+    }
+    for (size_t tile : {size_t{4} << 10, size_t{16} << 10, size_t{256} << 10, size_t{1} << 20,
+                        size_t{4} << 20}) {
+      b.AddStrata("strata fp32 tile " + std::to_string(tile >> 10) + "K", huge, 2, false, tile);
+    }
+    b.AddPlain("plain loop fp32 pinned", huge, 2, true);
+    b.AddStrata("strata fp32 pinned", huge, 2, false, 0, SIZE_MAX, true);
+  }
+  if (small_pages) {
+    b.AddProbe("probe fp32 4K pages", *small_pages, 2, false);
+    b.AddPlain("plain loop fp32 4K pages", *small_pages, 2, false);
+    b.AddStrata("strata fp32 4K pages", *small_pages, 2, false);
+  }
+
+  MeasureInterleaved(b.variants, b.args.rounds, b.args.warmup);
+
+  // Medians, and the probe of the same mix and thread count (huge pages) for each row.
+  std::map<std::string, double> gparams;  // "name|threads" -> Gparam/s
+  auto key = [](const std::string& name, int t) { return name + "|" + std::to_string(t); };
+  for (const Variant& v : b.variants) gparams[key(v.name, v.threads)] = n / Median(v.seconds) / 1e9;
+  auto probe_of = [&](const Variant& v) {
+    return gparams[key(v.mix == "fp32" ? "probe fp32" : "probe bf16 mix", v.threads)];
+  };
+
+  const double probe2 = gparams[key("probe fp32", 2)];
+  const double strata2 = gparams[key("strata fp32", 2)];
+  const double plain2 = gparams[key("plain loop fp32", 2)];
+  const double probe_bf2 = gparams[key("probe bf16 mix", 2)];
+  const double strata_bf2 = gparams[key("strata bf16 mix", 2)];
+  const double probe1 = gparams[key("probe fp32", 1)];
+  const double strata1 = gparams[key("strata fp32", 1)];
+  const double plain1 = gparams[key("plain loop fp32", 1)];
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Variant& v : b.variants) {
+    const double gp = gparams[key(v.name, v.threads)];
+    double lo = 1e300, hi = 0;
+    for (double s : v.seconds) {
+      lo = std::min(lo, n / s / 1e9);
+      hi = std::max(hi, n / s / 1e9);
+    }
+    rows.push_back({{"name", v.name},
+                    {"threads", v.threads},
+                    {"median_ms", Median(v.seconds) * 1e3},
+                    {"gparams_per_s", gp},
+                    {"gbps", gp * kBytesPerParam},
+                    {"min_gparams_per_s", lo},
+                    {"max_gparams_per_s", hi},
+                    {"vs_probe", gp / probe_of(v)}});
+  }
+  if (b.args.json) {
+    nlohmann::json j = {{"params", n},
+                        {"rounds", b.args.rounds},
+                        {"simd", CpuSimdFeatures()},
+                        {"kernel", b.optimizers.front()->kernel_name()},
+                        {"huge_page_backed_fraction", thp},
+                        {"bytes_per_param", kBytesPerParam},
+                        {"probe_gbps", probe2 * kBytesPerParam},
+                        {"probe_bf16_gbps", probe_bf2 * kBytesPerParam},
+                        {"strata_fp32_2t_gparams", strata2},
+                        {"plain_fp32_2t_gparams", plain2},
+                        {"strata_bf16_2t_gparams", strata_bf2},
+                        {"ratio_fp32_2t", strata2 / probe2},
+                        {"vs_plain_fp32_2t", strata2 / plain2},
+                        {"ratio_bf16_2t", strata_bf2 / probe_bf2},
+                        {"ratio_fp32_1t", strata1 / probe1},
+                        {"vs_plain_fp32_1t", strata1 / plain1},
+                        {"variants", rows}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("kernel %s, state arrays %.0f%% on huge pages; %.0f bytes/param nominal\n\n",
+              b.optimizers.front()->kernel_name(), thp * 100, kBytesPerParam);
+  std::printf("%-32s %3s %9s %9s %8s %9s  %s\n", "variant", "thr", "median ms", "Gparam/s",
+              "GB/s", "vs probe", "range Gparam/s");
+  for (const auto& r : rows) {
+    std::printf("%-32s %3d %9.1f %9.3f %8.1f %9.3f  %.3f-%.3f\n",
+                r["name"].get<std::string>().c_str(), r["threads"].get<int>(),
+                r["median_ms"].get<double>(), r["gparams_per_s"].get<double>(),
+                r["gbps"].get<double>(), r["vs_probe"].get<double>(),
+                r["min_gparams_per_s"].get<double>(), r["max_gparams_per_s"].get<double>());
+  }
+  std::printf("\ntargets (2 threads): fp32 vs probe %s (>= 0.90), fp32 vs plain loop %s (>= 1.10), "
+              "bf16 mix vs probe %s (>= 0.85)\n",
+              Fmt("%.3f", strata2 / probe2).c_str(), Fmt("%.3f", strata2 / plain2).c_str(),
+              Fmt("%.3f", strata_bf2 / probe_bf2).c_str());
+  return 0;
+}
+
+}  // namespace strata::bench
+
+int main(int argc, char** argv) { return strata::bench::Main(argc, argv); }

@@ -1,0 +1,64 @@
+#include "bench/cpu_adam_roofline/measure.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace strata::bench {
+
+bool PinCurrentThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  auto chunk = [&](int t) {
+    size_t begin = n * t / threads / 64 * 64;
+    size_t end = t + 1 == threads ? n : n * (t + 1) / threads / 64 * 64;
+    return std::pair<size_t, size_t>(begin, end);
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      if (pin) PinCurrentThread(t);
+      auto [b, e] = chunk(t);
+      fn(b, e);
+    });
+  }
+  cpu_set_t saved;
+  if (pin) {
+    pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved);
+    PinCurrentThread(0);
+  }
+  auto [b, e] = chunk(0);
+  fn(b, e);
+  for (auto& w : workers) w.join();
+  if (pin) pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+}
+
+void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup) {
+  for (int r = 0; r < warmup + rounds; ++r) {
+    const bool reverse = r % 2 == 1;
+    for (size_t k = 0; k < variants.size(); ++k) {
+      Variant& v = variants[reverse ? variants.size() - 1 - k : k];
+      const auto t0 = std::chrono::steady_clock::now();
+      v.run();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (r >= warmup) v.seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+    }
+  }
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,32 @@
+// Measurement helpers for cpu_adam_roofline: split a range over pinned or free threads, and time
+// many variants interleaved (forward, then reverse order each round: ABBA) reporting medians.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+
+// Pins the calling thread to one CPU (best effort; false if the kernel refused).
+bool PinCurrentThread(int cpu);
+
+// Runs fn(begin, end) on `threads` contiguous chunks of [0, n) (boundaries multiples of 64), one
+// per thread; the caller's thread takes chunk 0. With `pin`, thread t runs on CPU t.
+void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, size_t)>& fn);
+
+struct Variant {
+  std::string name;
+  std::string mix;  // "fp32" or "bf16" (bf16 grads + fused bf16 copy-out)
+  int threads = 1;
+  std::function<void()> run;
+  std::vector<double> seconds;  // one per measured round
+};
+
+// `warmup` unmeasured rounds, then `rounds` measured ones; order alternates every round.
+void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup);
+
+double Median(std::vector<double> v);
+
+}  // namespace strata::bench
