@@ -16,6 +16,10 @@ bool FaultyEngine::Hit(int every) {
 Result<int> FaultyEngine::Submit(std::span<const IoRequest> requests) {
   std::vector<IoRequest> pass;
   for (IoRequest r : requests) {
+    if (plan_.only_reads && r.op != IoOp::kRead) {
+      pass.push_back(r);
+      continue;
+    }
     ++count_;
     if (Hit(plan_.eio_every)) {
       synthetic_.push_back({r.user_data, -EIO});

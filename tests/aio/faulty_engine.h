@@ -19,6 +19,8 @@ struct FaultPlan {
   int short_every = 0;  // transfers half (rounded down to 4 KiB, at least 4 KiB shorter)
   // Faults stop after this many were injected (-1: unlimited).
   int max_faults = -1;
+  // Only reads are counted and faulted (writes pass untouched).
+  bool only_reads = false;
 };
 
 class FaultyEngine final : public IoEngineWrapper {

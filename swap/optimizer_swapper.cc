@@ -1,0 +1,210 @@
+#include "swap/optimizer_swapper.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/units.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const OptimizerSwapperOptions& o,
+                                                                   AioHandle* aio,
+                                                                   const CpuOptimizer* optimizer) {
+  if (optimizer == nullptr) return InvalidArgumentError("optimizer swapper: no optimizer");
+  if (optimizer->kind() != OptimizerKind::kAdam) {
+    return UnimplementedError(std::string("optimizer swapper: ") +
+                              std::string(OptimizerKindName(optimizer->kind())) +
+                              " state on NVMe is not supported yet (Adam/AdamW only)");
+  }
+  if (o.buffer_count < 1 || o.buffer_count > 64) {
+    return InvalidArgumentError("offload_optimizer.buffer_count " + std::to_string(o.buffer_count) +
+                                " must be in [1, 64]");
+  }
+  std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(o, aio, optimizer));
+  SwapSpaceOptions so;
+  so.dirs = o.nvme_paths;
+  so.name = "optimizer";
+  so.rank = o.rank;
+  so.checksums = o.checksums;
+  so.reuse_stale = o.reuse_stale;
+  STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(so, aio));
+  return s;
+}
+
+OptimizerSwapper::~OptimizerSwapper() = default;
+
+Result<int> OptimizerSwapper::AddSubGroup(size_t numel, int group) {
+  if (numel == 0) return InvalidArgumentError("optimizer swapper: empty sub-group");
+  if (group < 0 || group >= optimizer_->num_groups()) {
+    return InvalidArgumentError("optimizer swapper: parameter group " + std::to_string(group) +
+                                " does not exist (the optimizer has " +
+                                std::to_string(optimizer_->num_groups()) + ")");
+  }
+  auto id = space_->Reserve(3 * PartBytes(numel));
+  if (!id.ok()) return id.status().WithContext("sub-group " + std::to_string(groups_.size()));
+  groups_.push_back({numel, group, *id});
+  return static_cast<int>(groups_.size()) - 1;
+}
+
+size_t OptimizerSwapper::buffer_bytes() const {
+  size_t n = 0;
+  for (const auto& b : buffers_) n += b.size();
+  return n;
+}
+
+Status OptimizerSwapper::EnsureBuffers() {
+  size_t max_numel = 0;
+  for (const SubGroup& g : groups_) max_numel = std::max(max_numel, g.numel);
+  if (max_numel <= buffer_numel_ && buffers_.size() == options_.buffer_count) return Status::Ok();
+  buffers_.clear();
+  AlignedBufferOptions bo;
+  bo.lock = options_.pin_memory;
+  for (size_t i = 0; i < options_.buffer_count; ++i) {
+    auto b = AlignedBuffer::Allocate(3 * PartBytes(max_numel), bo);
+    if (!b.ok())
+      return b.status().WithContext("offload_optimizer swap buffer " + std::to_string(i));
+    buffers_.push_back(std::move(b).value());
+  }
+  buffer_numel_ = max_numel;
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::Initialize(int sg, const float* params, const float* m, const float* v) {
+  if (sg < 0 || sg >= num_sub_groups())
+    return InvalidArgumentError("no sub-group " + std::to_string(sg));
+  STRATA_RETURN_IF_ERROR(EnsureBuffers());
+  const SubGroup& g = groups_[static_cast<size_t>(sg)];
+  uint8_t* b = buffers_[0].bytes();
+  const size_t part = PartBytes(g.numel), bytes = g.numel * sizeof(float);
+  std::memcpy(b, params, bytes);
+  if (m)
+    std::memcpy(b + part, m, bytes);
+  else
+    std::memset(b + part, 0, bytes);
+  if (v)
+    std::memcpy(b + 2 * part, v, bytes);
+  else
+    std::memset(b + 2 * part, 0, bytes);
+  return space_->Write(g.swap_id, b)
+      .Wait()
+      .WithContext("initialize sub-group " + std::to_string(sg));
+}
+
+Status OptimizerSwapper::ReadState(int sg, float* params, float* m, float* v) {
+  if (sg < 0 || sg >= num_sub_groups())
+    return InvalidArgumentError("no sub-group " + std::to_string(sg));
+  STRATA_RETURN_IF_ERROR(EnsureBuffers());
+  const SubGroup& g = groups_[static_cast<size_t>(sg)];
+  uint8_t* b = buffers_[0].bytes();
+  STRATA_RETURN_IF_ERROR(
+      space_->Read(g.swap_id, b).Wait().WithContext("read sub-group " + std::to_string(sg)));
+  const size_t part = PartBytes(g.numel), bytes = g.numel * sizeof(float);
+  if (params) std::memcpy(params, b, bytes);
+  if (m) std::memcpy(m, b + part, bytes);
+  if (v) std::memcpy(v, b + 2 * part, bytes);
+  return Status::Ok();
+}
+
+// Note [Optimizer step pipeline]
+// Sub-group i uses buffer i % B. Reads run `lookahead` sub-groups ahead of the update
+// (B - 2 with pipeline_read: one buffer is being updated, one is being written back), and a read
+// into a buffer first waits for that buffer's previous write. Without pipeline_write each write
+// is waited for right away. Every path out of Step() drains all I/O first, so no buffer is
+// reused or freed while the kernel may still touch it.
+Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const StepOptions& opts) {
+  STRATA_RETURN_IF_ERROR(EnsureBuffers());
+  last_ = OptimizerStepStats();
+  const auto t_start = Clock::now();
+  const int n = num_sub_groups();
+  const int nb = static_cast<int>(buffers_.size());
+  int lookahead = options_.pipeline_read ? std::max(0, nb - 2) : 0;
+  struct Slot {
+    SwapFuture read, write;
+    bool reading = false, writing = false;
+    int sg = -1;
+  };
+  std::vector<Slot> slots(static_cast<size_t>(nb));
+  Status error;
+  auto wait_write = [&](Slot& s) {
+    if (!s.writing) return;
+    auto t = Clock::now();
+    Status w = s.write.Wait();
+    last_.write_wait_ms += Ms(t, Clock::now());
+    s.writing = false;
+    if (!w.ok() && error.ok()) error = w.WithContext("write sub-group " + std::to_string(s.sg));
+  };
+  auto start_read = [&](int i) {
+    Slot& s = slots[static_cast<size_t>(i % nb)];
+    wait_write(s);
+    if (!error.ok()) return;
+    s.sg = i;
+    s.read = space_->Read(groups_[static_cast<size_t>(i)].swap_id,
+                          buffers_[static_cast<size_t>(i % nb)].data());
+    s.reading = true;
+    last_.bytes_read += 3 * PartBytes(groups_[static_cast<size_t>(i)].numel);
+  };
+  int next_read = 0;
+  for (int i = 0; i < n && error.ok(); ++i) {
+    while (next_read <= std::min(n - 1, i + lookahead) && error.ok()) start_read(next_read++);
+    if (!error.ok()) break;
+    Slot& s = slots[static_cast<size_t>(i % nb)];
+    auto t = Clock::now();
+    Status r = s.read.Wait();
+    last_.read_wait_ms += Ms(t, Clock::now());
+    s.reading = false;
+    if (!r.ok()) {
+      error = r.WithContext("read sub-group " + std::to_string(i));
+      break;
+    }
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    const SubGroupIo sio = io(i);
+    uint8_t* b = buffers_[static_cast<size_t>(i % nb)].bytes();
+    const size_t part = PartBytes(g.numel);
+    StepTensors tensors;
+    tensors.numel = g.numel;
+    tensors.params = reinterpret_cast<float*>(b);
+    tensors.exp_avg = reinterpret_cast<float*>(b + part);
+    tensors.exp_avg_sq = reinterpret_cast<float*>(b + 2 * part);
+    tensors.grads = sio.grads;
+    tensors.grad_dtype = sio.grad_dtype;
+    tensors.param_copy = sio.param_copy;
+    tensors.param_copy_dtype = sio.param_copy_dtype;
+    auto hp = optimizer_->hyperparams(g.group);
+    if (!hp.ok()) {
+      error = hp.status();
+      break;
+    }
+    t = Clock::now();
+    Status u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts);
+    last_.update_ms += Ms(t, Clock::now());
+    if (!u.ok()) {
+      error = u.WithContext("update sub-group " + std::to_string(i));
+      break;
+    }
+    s.write = space_->Write(g.swap_id, b);
+    s.writing = true;
+    last_.bytes_written += 3 * part;
+    if (!options_.pipeline_write) wait_write(s);
+  }
+  // Drain: reads issued ahead and writes still in flight.
+  for (Slot& s : slots) {
+    if (s.reading) s.read.Wait().IgnoreError();
+    s.reading = false;
+    wait_write(s);
+  }
+  last_.total_ms = Ms(t_start, Clock::now());
+  if (!error.ok()) return error;
+  ++step_;
+  return Status::Ok();
+}
+
+}  // namespace strata

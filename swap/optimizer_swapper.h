@@ -1,0 +1,111 @@
+// OptimizerSwapper: fp32 master weights and Adam moments on NVMe (`offload_optimizer.device =
+// nvme`), stepped one sub-group (`sub_group_size` elements) at a time through a bounded set of
+// pinned buffers.
+//
+// Each sub-group's state is one swap extent [params | exp_avg | exp_avg_sq] (each part 4 KiB
+// aligned), so a sub-group moves with one read and one write. With pipeline_read /
+// pipeline_write the step overlaps read(i+1) || update(i) || write(i-1) using `buffer_count`
+// buffers sized for the largest sub-group; without, each sub-group is read, updated and written
+// in turn. The update is CpuOptimizer's SIMD kernel; its fused copy-out writes the new
+// compute-dtype parameters straight to where the caller wants them (ParamSwapper buffer, device
+// staging), so the master weights are never read twice.
+//
+// Thread safety: one Step() at a time; Step runs the optimizer on the calling thread (oneTBB
+// inside) while the AioHandle's threads do the I/O.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aio/aio_handle.h"
+#include "aio/aligned_buffer.h"
+#include "cpu_adam/cpu_optimizer.h"
+#include "swap/swap_space.h"
+
+namespace strata {
+
+struct OptimizerSwapperOptions {
+  std::vector<std::string> nvme_paths;
+  size_t buffer_count = 4;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool pin_memory = true;
+  bool checksums = false;
+  int rank = 0;
+  bool reuse_stale = false;
+};
+
+// What the step needs from the caller for one sub-group.
+struct SubGroupIo {
+  const void* grads = nullptr;  // numel gradients (already reduced), in grad_dtype
+  DType grad_dtype = DType::kFloat32;
+  void* param_copy = nullptr;  // optional: receives the updated params in param_copy_dtype
+  DType param_copy_dtype = DType::kBFloat16;
+};
+
+struct OptimizerStepStats {
+  double total_ms = 0;
+  double read_wait_ms = 0;   // time the update waited for reads
+  double update_ms = 0;      // time in the optimizer kernel
+  double write_wait_ms = 0;  // time waiting for writes (to free a buffer, or at the end)
+  uint64_t bytes_read = 0, bytes_written = 0;
+};
+
+class OptimizerSwapper {
+ public:
+  // `optimizer` must outlive the swapper; its parameter groups give the hyperparameters.
+  static Result<std::unique_ptr<OptimizerSwapper>> Create(const OptimizerSwapperOptions& options,
+                                                          AioHandle* aio,
+                                                          const CpuOptimizer* optimizer);
+  ~OptimizerSwapper();
+
+  // Adds a sub-group of `numel` elements stepped with optimizer group `group`; reserves its NVMe
+  // space (a full disk fails here). Returns its index (0, 1, ...).
+  Result<int> AddSubGroup(size_t numel, int group);
+  int num_sub_groups() const { return static_cast<int>(groups_.size()); }
+  size_t numel(int sub_group) const { return groups_[static_cast<size_t>(sub_group)].numel; }
+
+  // Writes a sub-group's initial state: `params`, and zero moments (or the given ones).
+  Status Initialize(int sub_group, const float* params, const float* exp_avg = nullptr,
+                    const float* exp_avg_sq = nullptr);
+  // Reads a sub-group's state back (checkpoints, tests). Null outputs are skipped.
+  Status ReadState(int sub_group, float* params, float* exp_avg, float* exp_avg_sq);
+
+  // One optimizer step over every sub-group, in order. `io(i)` gives sub-group i's gradients and
+  // copy-out destination; it is called on the calling thread just before i is updated. The step
+  // counter advances once per call. On error the step stops; sub-groups already written hold the
+  // new state and the rest the old (the error says which).
+  Status Step(const std::function<SubGroupIo(int)>& io, const StepOptions& options = {});
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
+  const OptimizerStepStats& last_step() const { return last_; }
+  // Pinned buffer bytes (buffer_count x largest sub-group x 12 B).
+  size_t buffer_bytes() const;
+
+ private:
+  struct SubGroup {
+    size_t numel = 0;
+    int group = 0;
+    SwapId swap_id = 0;
+  };
+  OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio, const CpuOptimizer* opt)
+      : options_(o), aio_(aio), optimizer_(opt) {}
+  Status EnsureBuffers();
+  static size_t PartBytes(size_t numel) { return (numel * 4 + 4095) / 4096 * 4096; }
+
+  OptimizerSwapperOptions options_;
+  AioHandle* aio_;
+  const CpuOptimizer* optimizer_;
+  std::unique_ptr<SwapSpace> space_;
+  std::vector<SubGroup> groups_;
+  std::vector<AlignedBuffer> buffers_;
+  size_t buffer_numel_ = 0;
+  int64_t step_ = 0;
+  OptimizerStepStats last_;
+};
+
+}  // namespace strata

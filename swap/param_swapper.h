@@ -1,0 +1,104 @@
+// ParamSwapper: compute-dtype parameter shards kept on NVMe (`offload_param.device = nvme`) and
+// brought into a fixed set of pinned buffers just in time.
+//
+// `buffer_count` x `buffer_size` elements of pinned memory are allocated once; a swapped-in
+// parameter takes a 4 KiB-aligned range of it (small ones share a buffer; a parameter larger than
+// one buffer may span several). The first `max_in_cpu` elements registered stay in CPU memory and
+// never touch NVMe. A buffer range is reused only when no I/O on it is in flight: Release()
+// waits for the parameter's outstanding read or write first.
+//
+// Thread safety: all methods may be called concurrently (e.g. a prefetch thread swapping in while
+// the compute thread releases); operations on the same parameter are ordered by the caller.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "aio/aio_handle.h"
+#include "aio/aligned_buffer.h"
+#include "swap/buffer_arena.h"
+#include "swap/swap_space.h"
+
+namespace strata {
+
+struct ParamSwapperOptions {
+  std::vector<std::string> nvme_paths;  // one, or several to stripe over
+  size_t element_bytes = 2;             // compute dtype: 2 (fp16/bf16) or 4
+  size_t buffer_count = 5;
+  size_t buffer_size = 100'000'000;   // elements per buffer
+  size_t max_in_cpu = 1'000'000'000;  // elements kept in CPU memory instead of NVMe
+  bool pin_memory = true;
+  bool checksums = false;
+  int rank = 0;
+  bool reuse_stale = false;
+};
+
+using ParamId = int64_t;
+
+struct ParamSwapperStats {
+  uint64_t bytes_read = 0, bytes_written = 0;
+  size_t buffer_bytes_used = 0, buffer_bytes_peak = 0, buffer_bytes_capacity = 0;
+  size_t params_on_nvme = 0, params_in_cpu = 0;
+};
+
+class ParamSwapper {
+ public:
+  static Result<std::unique_ptr<ParamSwapper>> Create(const ParamSwapperOptions& options,
+                                                      AioHandle* aio);
+  ~ParamSwapper();
+
+  // Declares a parameter shard of `numel` elements. It lives in CPU memory while the running
+  // total stays within max_in_cpu, else on NVMe (space reserved now: a full disk fails here).
+  Status Register(ParamId id, size_t numel);
+  bool on_nvme(ParamId id) const;
+
+  // Gives `id` a buffer without reading it (its first contents come from the caller).
+  Result<std::span<uint8_t>> Allocate(ParamId id);
+  // Starts reading the given NVMe parameters into buffers; returns at once. Already resident or
+  // CPU-kept parameters are skipped. OutOfMemory when the buffers cannot hold them (nothing is
+  // started then).
+  Status SwapIn(std::span<const ParamId> ids);
+  // Waits until the given parameters are in their buffers (checksums verified).
+  Status WaitIn(std::span<const ParamId> ids);
+  // The parameter's bytes: resident NVMe parameters (after WaitIn) or CPU-kept ones.
+  Result<std::span<uint8_t>> Data(ParamId id);
+  // Starts writing the given resident parameters back to NVMe; buffers stay allocated.
+  Status SwapOut(std::span<const ParamId> ids);
+  // Waits for each parameter's outstanding I/O, then frees its buffer. The first error of that
+  // I/O is returned (and the buffer is kept, so the data is not lost).
+  Status Release(std::span<const ParamId> ids);
+
+  ParamSwapperStats stats() const;
+
+ private:
+  enum class State { kCpu, kOnNvme, kReading, kResident, kWriting };
+  struct Param {
+    size_t numel = 0;
+    State state = State::kOnNvme;
+    SwapId swap_id = 0;
+    uint8_t* buf = nullptr;  // swap buffer range, or CPU storage for kCpu
+    SwapFuture io;
+    std::vector<uint8_t> cpu;  // kCpu storage
+  };
+
+  ParamSwapper(const ParamSwapperOptions& o) : options_(o) {}
+  Result<Param*> Find(ParamId id);
+  Status FinishIo(ParamId id, Param& p, std::unique_lock<std::mutex>& lock);
+
+  ParamSwapperOptions options_;
+  std::unique_ptr<SwapSpace> space_;
+  AlignedBuffer pool_;
+  std::unique_ptr<BufferArena> arena_;
+  mutable std::mutex mu_;
+  std::unordered_map<ParamId, Param> params_;
+  size_t cpu_elements_ = 0;
+  ParamSwapperStats stats_;
+};
+
+}  // namespace strata

@@ -1,0 +1,273 @@
+#include "swap/swap_space.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+
+#include "core/log.h"
+#include "core/units.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlign = 4096;
+uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+bool SwapFuture::ready() const { return !early_.ok() || !io_.valid() || io_.ready(); }
+
+Status SwapFuture::Wait() {
+  if (!early_.ok()) return early_;
+  if (io_.valid()) {
+    auto n = io_.Wait();
+    if (!n.ok()) return n.status();
+  }
+  if (after_) return after_();
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<SwapSpace>> SwapSpace::Create(const SwapSpaceOptions& o, AioHandle* aio) {
+  if (o.dirs.empty()) return InvalidArgumentError("swap: no nvme_path given");
+  if (aio == nullptr) return InvalidArgumentError("swap: no AioHandle");
+  if (o.checksum_block_bytes == 0 || o.checksum_block_bytes % kAlign != 0) {
+    return InvalidArgumentError("swap: checksum block " + std::to_string(o.checksum_block_bytes) +
+                                " must be a positive multiple of 4096");
+  }
+  std::unique_ptr<SwapSpace> s(new SwapSpace(o, aio));
+  STRATA_RETURN_IF_ERROR(s->OpenFiles());
+  return s;
+}
+
+Status SwapSpace::OpenFiles() {
+  for (const std::string& dir : options_.dirs) {
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return InvalidArgumentError("swap: nvme_path '" + dir + "' is not an existing directory");
+    }
+    if (::access(dir.c_str(), W_OK) != 0) {
+      return ErrnoToStatus(errno, "swap: nvme_path '" + dir + "' is not writable");
+    }
+    std::string path =
+        dir + "/strata-" + options_.name + "-rank" + std::to_string(options_.rank) + ".swap";
+    bool existed = ::access(path.c_str(), F_OK) == 0;
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoToStatus(errno, "swap: create " + path);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      return FailedPreconditionError("swap: " + path +
+                                     " is in use by another running process (it holds the lock); "
+                                     "give each run its own nvme_path or rank");
+    }
+    FileState fs;
+    fs.lock_fd = fd;
+    files_.push_back(fs);
+    paths_.push_back(path);
+    if (existed) {
+      struct stat fst;
+      ::fstat(fd, &fst);
+      if (!options_.reuse_stale) {
+        return FailedPreconditionError(
+            "swap: stale swap file " + path + " (" +
+            FormatBytes(static_cast<uint64_t>(fst.st_size)) +
+            ") left by an earlier run that did not exit cleanly; remove it, or allow reuse "
+            "(strata.swap_reuse_stale = true)");
+      }
+      LogWarning("swap: reusing stale swap file " + path + " (its contents are discarded)");
+      if (::ftruncate(fd, 0) != 0) return ErrnoToStatus(errno, "swap: truncate " + path);
+    }
+  }
+  return Status::Ok();
+}
+
+SwapSpace::~SwapSpace() {
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    aio_->Close(paths_[i]).IgnoreError();
+    ::unlink(paths_[i].c_str());
+    ::close(files_[i].lock_fd);
+  }
+}
+
+Result<uint64_t> SwapSpace::Allocate(int file, uint64_t size) {
+  FileState& f = files_[static_cast<size_t>(file)];
+  for (auto it = f.free.begin(); it != f.free.end(); ++it) {
+    if (it->second < size) continue;
+    uint64_t off = it->first;
+    if (it->second == size) {
+      f.free.erase(it);
+    } else {
+      it->first += size;
+      it->second -= size;
+    }
+    return off;
+  }
+  uint64_t off = f.end;
+  if (off + size > f.allocated) {
+    uint64_t want = std::max<uint64_t>(off + size, f.allocated + options_.grow_bytes);
+    int rc = ::posix_fallocate(f.lock_fd, static_cast<off_t>(f.allocated),
+                               static_cast<off_t>(want - f.allocated));
+    if (rc != 0 && want > off + size) {
+      // Retry with just what is needed before giving up.
+      want = off + size;
+      rc = ::posix_fallocate(f.lock_fd, static_cast<off_t>(f.allocated),
+                             static_cast<off_t>(want - f.allocated));
+    }
+    if (rc != 0) {
+      return ErrnoToStatus(
+          rc, "swap: reserve " + FormatBytes(size) + " in " + paths_[static_cast<size_t>(file)]);
+    }
+    f.allocated = want;
+  }
+  f.end = off + size;
+  return off;
+}
+
+Result<SwapId> SwapSpace::Reserve(size_t size_bytes) {
+  if (size_bytes == 0) return InvalidArgumentError("swap: cannot reserve a 0-byte tensor");
+  std::lock_guard lock(mu_);
+  Tensor t;
+  t.size_bytes = size_bytes;
+  const int d = static_cast<int>(files_.size());
+  if (d > 1 && size_bytes >= options_.stripe_min_bytes) {
+    uint64_t per = AlignUp((size_bytes + d - 1) / d);
+    uint64_t pos = 0;
+    for (int i = 0; i < d && pos < size_bytes; ++i) {
+      uint64_t n = std::min<uint64_t>(per, size_bytes - pos);
+      auto off = Allocate(i, AlignUp(n));
+      if (!off.ok()) return off.status();
+      t.parts.push_back({i, *off, n, pos});
+      pos += n;
+    }
+  } else {
+    int i = next_small_file_;
+    next_small_file_ = (next_small_file_ + 1) % d;
+    auto off = Allocate(i, AlignUp(size_bytes));
+    if (!off.ok()) return off.status();
+    t.parts.push_back({i, *off, size_bytes, 0});
+  }
+  for (const Part& p : t.parts) reserved_ += AlignUp(p.size);
+  SwapId id = next_id_++;
+  tensors_.emplace(id, std::move(t));
+  return id;
+}
+
+Status SwapSpace::Free(SwapId id) {
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  if (it == tensors_.end()) return NotFoundError("swap: unknown tensor " + std::to_string(id));
+  for (const Part& p : it->second.parts) {
+    files_[static_cast<size_t>(p.file)].free.emplace_back(p.offset, AlignUp(p.size));
+    reserved_ -= AlignUp(p.size);
+  }
+  tensors_.erase(it);
+  return Status::Ok();
+}
+
+size_t SwapSpace::size_bytes(SwapId id) const {
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  return it == tensors_.end() ? 0 : it->second.size_bytes;
+}
+
+uint64_t SwapSpace::reserved_bytes() const {
+  std::lock_guard lock(mu_);
+  return reserved_;
+}
+
+SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
+  SwapFuture f;
+  std::vector<AioRequest> reqs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tensors_.find(id);
+    if (it == tensors_.end()) {
+      f.early_ = NotFoundError("swap: write of unknown tensor " + std::to_string(id));
+      return f;
+    }
+    Tensor& t = it->second;
+    if (options_.checksums) {
+      const auto* b = static_cast<const uint8_t*>(buf);
+      const size_t blk = options_.checksum_block_bytes;
+      t.checksums.resize((t.size_bytes + blk - 1) / blk);
+      for (size_t i = 0; i < t.checksums.size(); ++i) {
+        t.checksums[i] = XXH3_64bits(b + i * blk, std::min(blk, t.size_bytes - i * blk));
+      }
+    }
+    t.written = true;
+    for (const Part& p : t.parts) {
+      reqs.push_back({IoOp::kWrite, paths_[static_cast<size_t>(p.file)],
+                      const_cast<uint8_t*>(static_cast<const uint8_t*>(buf)) + p.tensor_off, p.size,
+                      p.offset});
+    }
+  }
+  f.io_ = aio_->SubmitBatch(reqs);
+  return f;
+}
+
+SwapFuture SwapSpace::Read(SwapId id, void* buf) {
+  SwapFuture f;
+  std::vector<AioRequest> reqs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tensors_.find(id);
+    if (it == tensors_.end()) {
+      f.early_ = NotFoundError("swap: read of unknown tensor " + std::to_string(id));
+      return f;
+    }
+    if (!it->second.written) {
+      f.early_ = FailedPreconditionError("swap: tensor " + std::to_string(id) +
+                                         " is read before it was ever written");
+      return f;
+    }
+    for (const Part& p : it->second.parts) {
+      reqs.push_back({IoOp::kRead, paths_[static_cast<size_t>(p.file)],
+                      static_cast<uint8_t*>(buf) + p.tensor_off, p.size, p.offset});
+    }
+  }
+  f.io_ = aio_->SubmitBatch(reqs);
+  if (options_.checksums) {
+    auto* b = static_cast<const uint8_t*>(buf);
+    f.after_ = [this, id, b] { return VerifyRead(id, b); };
+  }
+  return f;
+}
+
+Status SwapSpace::VerifyRead(SwapId id, const uint8_t* buf) const {
+  std::vector<uint64_t> sums;
+  std::vector<Part> parts;
+  size_t size = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tensors_.find(id);
+    if (it == tensors_.end()) return NotFoundError("swap: tensor " + std::to_string(id) + " freed");
+    sums = it->second.checksums;
+    parts = it->second.parts;
+    size = it->second.size_bytes;
+  }
+  const size_t blk = options_.checksum_block_bytes;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    const size_t off = i * blk;
+    if (XXH3_64bits(buf + off, std::min(blk, size - off)) == sums[i]) continue;
+    // Name the file and file offset of the bad block.
+    std::string where;
+    for (const Part& p : parts) {
+      if (off >= p.tensor_off && off < p.tensor_off + p.size) {
+        where = paths_[static_cast<size_t>(p.file)] + " @ " +
+                std::to_string(p.offset + (off - p.tensor_off));
+      }
+    }
+    return DataLossError("swap: checksum mismatch in tensor " + std::to_string(id) +
+                         " at tensor offset " + std::to_string(off) + " (" + where + ", block of " +
+                         FormatBytes(std::min(blk, size - off)) +
+                         "): the data on disk is not what was written");
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata
