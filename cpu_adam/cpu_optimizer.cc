@@ -49,6 +49,18 @@ Status CheckTensors(OptimizerKind kind, const StepTensors& t) {
   if (wants_v && t.exp_avg_sq == nullptr) {
     return InvalidArgumentError("exp_avg_sq is null (" + name + " needs it)");
   }
+  auto valid = [](DType d) {
+    return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16;
+  };
+  if (!valid(t.grad_dtype)) {
+    return InvalidArgumentError("grad_dtype " + std::to_string(static_cast<int>(t.grad_dtype)) +
+                                " (allowed: fp32, fp16, bf16)");
+  }
+  if (t.param_copy != nullptr && !valid(t.param_copy_dtype)) {
+    return InvalidArgumentError("param_copy_dtype " +
+                                std::to_string(static_cast<int>(t.param_copy_dtype)) +
+                                " (allowed: fp16, bf16)");
+  }
   if (t.param_copy != nullptr && t.param_copy_dtype == DType::kFloat32) {
     return InvalidArgumentError("param_copy_dtype fp32 (allowed: fp16, bf16)");
   }

@@ -2,6 +2,7 @@
 // pattern, and how it compares with a plain -O3 -march=native loop, on one machine in one run.
 //
 //   cpu_adam_roofline [--params N[K|M|G]] [--rounds R] [--json] [--no-tricks] [--pages-compare]
+//                     [--filter SUBSTRING]
 //
 // All variants run on the same arrays (2 MiB-aligned, transparent huge pages, touched before
 // timing), interleaved round by round in alternating order; the table shows medians. Ratios:
@@ -38,12 +39,13 @@ struct Args {
   bool json = false;
   bool tricks = true;
   bool pages_compare = false;
+  std::string filter;  // run only variants whose name contains this (plus the probes)
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "cpu_adam_roofline: %s\nusage: cpu_adam_roofline [--params N[K|M|G]] "
-               "[--rounds R] [--json] [--no-tricks] [--pages-compare]\n",
+               "[--rounds R] [--json] [--no-tricks] [--pages-compare] [--filter S]\n",
                why);
   std::exit(2);
 }
@@ -64,7 +66,8 @@ Args ParseArgs(int argc, char** argv) {
       if (unit == "K" || unit == "k") x *= 1 << 10;
       if (unit == "M" || unit == "m") x *= 1 << 20;
       if (unit == "G" || unit == "g") x *= 1 << 30;
-      if (!(x >= 1024) || (!unit.empty() && unit.find_first_not_of("KkMmGg") != std::string::npos)) {
+      if (!(x >= 1024) ||
+          (!unit.empty() && unit.find_first_not_of("KkMmGg") != std::string::npos)) {
         Usage("--params wants a count >= 1024, e.g. 256M");
       }
       a.params = static_cast<size_t>(x) / 64 * 64;
@@ -77,6 +80,8 @@ Args ParseArgs(int argc, char** argv) {
       a.tricks = false;
     } else if (s == "--pages-compare") {
       a.pages_compare = true;
+    } else if (s == "--filter") {
+      a.filter = value();
     } else {
       Usage(("unknown flag " + s).c_str());
     }
@@ -247,10 +252,11 @@ int Main(int argc, char** argv) {
     b.plain.decay = static_cast<float>(1 - double(b.hp.lr) * b.hp.weight_decay);
   }
   if (!b.args.json) {
-    std::printf("cpu_adam_roofline: %zu params (%.2f GiB of fp32 state+grads), %d rounds + %d "
-                "warm-up, %u CPUs, %s\n",
-                n, n * 16.0 / (1 << 30), b.args.rounds, b.args.warmup,
-                std::thread::hardware_concurrency(), CpuSimdFeatures().c_str());
+    std::printf(
+        "cpu_adam_roofline: %zu params (%.2f GiB of fp32 state+grads), %d rounds + %d "
+        "warm-up, %u CPUs, %s\n",
+        n, n * 16.0 / (1 << 30), b.args.rounds, b.args.warmup, std::thread::hardware_concurrency(),
+        CpuSimdFeatures().c_str());
     std::fflush(stdout);
   }
   Arrays huge(n, true, true);
@@ -272,8 +278,8 @@ int Main(int argc, char** argv) {
     for (size_t pf : {size_t{0}, size_t{256}, size_t{1024}, size_t{4096}}) {
       b.AddStrata("strata fp32 prefetch " + std::to_string(pf) + " B", huge, 2, false, 0, pf);
     }
-    for (size_t tile : {size_t{4} << 10, size_t{16} << 10, size_t{256} << 10, size_t{1} << 20,
-                        size_t{4} << 20}) {
+    for (size_t tile :
+         {size_t{4} << 10, size_t{16} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20}) {
       b.AddStrata("strata fp32 tile " + std::to_string(tile >> 10) + "K", huge, 2, false, tile);
     }
     b.AddPlain("plain loop fp32 pinned", huge, 2, true);
@@ -285,28 +291,39 @@ int Main(int argc, char** argv) {
     b.AddStrata("strata fp32 4K pages", *small_pages, 2, false);
   }
 
+  if (!b.args.filter.empty()) {
+    std::erase_if(b.variants, [&](const Variant& v) {
+      return v.name.rfind("probe ", 0) != 0 && v.name.find(b.args.filter) == std::string::npos;
+    });
+  }
   MeasureInterleaved(b.variants, b.args.rounds, b.args.warmup);
 
   // Medians, and the probe of the same mix and thread count (huge pages) for each row.
   std::map<std::string, double> gparams;  // "name|threads" -> Gparam/s
   auto key = [](const std::string& name, int t) { return name + "|" + std::to_string(t); };
-  for (const Variant& v : b.variants) gparams[key(v.name, v.threads)] = n / Median(v.seconds) / 1e9;
+  for (const Variant& v : b.variants) {
+    gparams[key(v.name, v.threads)] = n / Median(v.seconds) / 1e9;
+  }
+  auto get = [&](const std::string& name, int t) {
+    auto it = gparams.find(key(name, t));
+    return it == gparams.end() ? std::nan("") : it->second;
+  };
   auto probe_of = [&](const Variant& v) {
-    return gparams[key(v.mix == "fp32" ? "probe fp32" : "probe bf16 mix", v.threads)];
+    return get(v.mix == "fp32" ? "probe fp32" : "probe bf16 mix", v.threads);
   };
 
-  const double probe2 = gparams[key("probe fp32", 2)];
-  const double strata2 = gparams[key("strata fp32", 2)];
-  const double plain2 = gparams[key("plain loop fp32", 2)];
-  const double probe_bf2 = gparams[key("probe bf16 mix", 2)];
-  const double strata_bf2 = gparams[key("strata bf16 mix", 2)];
-  const double probe1 = gparams[key("probe fp32", 1)];
-  const double strata1 = gparams[key("strata fp32", 1)];
-  const double plain1 = gparams[key("plain loop fp32", 1)];
+  const double probe2 = get("probe fp32", 2);
+  const double strata2 = get("strata fp32", 2);
+  const double plain2 = get("plain loop fp32", 2);
+  const double probe_bf2 = get("probe bf16 mix", 2);
+  const double strata_bf2 = get("strata bf16 mix", 2);
+  const double probe1 = get("probe fp32", 1);
+  const double strata1 = get("strata fp32", 1);
+  const double plain1 = get("plain loop fp32", 1);
 
   nlohmann::json rows = nlohmann::json::array();
   for (const Variant& v : b.variants) {
-    const double gp = gparams[key(v.name, v.threads)];
+    const double gp = get(v.name, v.threads);
     double lo = 1e300, hi = 0;
     for (double s : v.seconds) {
       lo = std::min(lo, n / s / 1e9);
@@ -339,13 +356,17 @@ int Main(int argc, char** argv) {
                         {"ratio_fp32_1t", strata1 / probe1},
                         {"vs_plain_fp32_1t", strata1 / plain1},
                         {"variants", rows}};
+    if (small_pages) {
+      j["vs_plain_4k_fp32_2t"] = strata2 / get("plain loop fp32 4K pages", 2);
+      j["huge_vs_4k_strata_fp32_2t"] = strata2 / get("strata fp32 4K pages", 2);
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("kernel %s, state arrays %.0f%% on huge pages; %.0f bytes/param nominal\n\n",
               b.optimizers.front()->kernel_name(), thp * 100, kBytesPerParam);
-  std::printf("%-32s %3s %9s %9s %8s %9s  %s\n", "variant", "thr", "median ms", "Gparam/s",
-              "GB/s", "vs probe", "range Gparam/s");
+  std::printf("%-32s %3s %9s %9s %8s %9s  %s\n", "variant", "thr", "median ms", "Gparam/s", "GB/s",
+              "vs probe", "range Gparam/s");
   for (const auto& r : rows) {
     std::printf("%-32s %3d %9.1f %9.3f %8.1f %9.3f  %.3f-%.3f\n",
                 r["name"].get<std::string>().c_str(), r["threads"].get<int>(),
@@ -353,10 +374,11 @@ int Main(int argc, char** argv) {
                 r["gbps"].get<double>(), r["vs_probe"].get<double>(),
                 r["min_gparams_per_s"].get<double>(), r["max_gparams_per_s"].get<double>());
   }
-  std::printf("\ntargets (2 threads): fp32 vs probe %s (>= 0.90), fp32 vs plain loop %s (>= 1.10), "
-              "bf16 mix vs probe %s (>= 0.85)\n",
-              Fmt("%.3f", strata2 / probe2).c_str(), Fmt("%.3f", strata2 / plain2).c_str(),
-              Fmt("%.3f", strata_bf2 / probe_bf2).c_str());
+  std::printf(
+      "\ntargets (2 threads): fp32 vs probe %s (>= 0.90), fp32 vs plain loop %s (>= 1.10), "
+      "bf16 mix vs probe %s (>= 0.85)\n",
+      Fmt("%.3f", strata2 / probe2).c_str(), Fmt("%.3f", strata2 / plain2).c_str(),
+      Fmt("%.3f", strata_bf2 / probe_bf2).c_str());
   return 0;
 }
 

@@ -83,6 +83,9 @@ TEST(CpuAdamOptimizerTest, RejectsBadTensorsAndModifiesNothing) {
   t = prob.Tensors();
   t.param_copy_dtype = DType::kFloat32;
   expect_invalid(t, "param_copy_dtype fp32");
+  t = prob.Tensors();
+  t.grad_dtype = static_cast<DType>(7);
+  expect_invalid(t, "grad_dtype 7");
   StepOptions so;
   so.grad_scale = 0;
   expect_invalid(prob.Tensors(), "grad_scale", so);
