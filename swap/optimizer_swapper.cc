@@ -36,11 +36,12 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optimiz
   so.rank = o.rank;
   so.checksums = o.checksums;
   so.reuse_stale = o.reuse_stale;
+  so.budget = o.budget;
   STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(so, aio));
   return s;
 }
 
-OptimizerSwapper::~OptimizerSwapper() = default;
+OptimizerSwapper::~OptimizerSwapper() { buffers_.clear(); }
 
 Result<int> OptimizerSwapper::AddSubGroup(size_t numel, int group) {
   if (numel == 0) return InvalidArgumentError("optimizer swapper: empty sub-group");

@@ -23,6 +23,7 @@
 #include "aio/aio_handle.h"
 #include "aio/aligned_buffer.h"
 #include "cpu_adam/cpu_optimizer.h"
+#include "offload/tier_budget.h"
 #include "swap/swap_space.h"
 
 namespace strata {
@@ -36,6 +37,8 @@ struct OptimizerSwapperOptions {
   bool checksums = false;
   int rank = 0;
   bool reuse_stale = false;
+  // Optional: the swap file is charged to Tier::kNvme.
+  TierBudget* budget = nullptr;
 };
 
 // What the step needs from the caller for one sub-group.

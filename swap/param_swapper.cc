@@ -22,24 +22,35 @@ Result<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperOpt
   so.rank = o.rank;
   so.checksums = o.checksums;
   so.reuse_stale = o.reuse_stale;
+  so.budget = o.budget;
   STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(so, aio));
-  AlignedBufferOptions bo;
-  bo.lock = o.pin_memory;
-  const size_t bytes = o.buffer_count * o.buffer_size * o.element_bytes;
-  auto pool = AlignedBuffer::Allocate(bytes, bo);
-  if (!pool.ok()) return pool.status().WithContext("offload_param swap buffers");
-  s->pool_ = std::move(pool).value();
-  s->arena_ = std::make_unique<BufferArena>(s->pool_.bytes(), bytes);
+  PinnedPoolOptions po;
+  po.buffer_bytes = o.buffer_size * o.element_bytes;
+  po.buffer_count = o.buffer_count;
+  po.lock = o.pin_memory;
+  po.device = o.device;
+  po.budget = o.budget;
+  po.name = "offload_param swap buffers";
+  STRATA_ASSIGN_OR_RETURN(s->pool_, PinnedPool::Create(po));
+  // The pool's buffers are consecutive in one slab: lease them all and sub-allocate the slab, so
+  // small parameters share a buffer and large ones may span several.
+  for (size_t i = 0; i < o.buffer_count; ++i) s->leases_.push_back(s->pool_->Acquire());
+  const size_t bytes = s->pool_->buffer_bytes() * s->pool_->buffer_count();
+  s->arena_ = std::make_unique<BufferArena>(
+      static_cast<uint8_t*>(const_cast<void*>(s->pool_->slab())), bytes);
   s->stats_.buffer_bytes_capacity = bytes;
   return s;
 }
 
 ParamSwapper::~ParamSwapper() {
   // Outstanding I/O must finish before the buffers and swap files go away.
-  std::lock_guard lock(mu_);
-  for (auto& [id, p] : params_) {
-    if (p.state == State::kReading || p.state == State::kWriting) p.io.Wait().IgnoreError();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, p] : params_) {
+      if (p.state == State::kReading || p.state == State::kWriting) p.io.Wait().IgnoreError();
+    }
   }
+  leases_.clear();
 }
 
 Status ParamSwapper::Register(ParamId id, size_t numel) {

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_budget.h"
 #include "swap/buffer_arena.h"
 #include "swap/swap_space.h"
 
@@ -37,6 +38,10 @@ struct ParamSwapperOptions {
   bool checksums = false;
   int rank = 0;
   bool reuse_stale = false;
+  // Optional: the swap buffers are charged to Tier::kCpu and the swap file to Tier::kNvme;
+  // the buffers are registered with `device` for DMA when it can (else mlocked).
+  TierBudget* budget = nullptr;
+  Device* device = nullptr;
 };
 
 using ParamId = int64_t;
@@ -93,7 +98,8 @@ class ParamSwapper {
 
   ParamSwapperOptions options_;
   std::unique_ptr<SwapSpace> space_;
-  AlignedBuffer pool_;
+  std::unique_ptr<PinnedPool> pool_;
+  std::vector<PinnedBuffer> leases_;  // every buffer of the pool, held for the swapper's life
   std::unique_ptr<BufferArena> arena_;
   mutable std::mutex mu_;
   std::unordered_map<ParamId, Param> params_;

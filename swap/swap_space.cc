@@ -87,6 +87,11 @@ Status SwapSpace::OpenFiles() {
 }
 
 SwapSpace::~SwapSpace() {
+  if (options_.budget != nullptr) {
+    for (const auto& [id, t] : tensors_) {
+      if (t.budget_bytes) options_.budget->Release(Tier::kNvme, t.budget_bytes);
+    }
+  }
   for (size_t i = 0; i < paths_.size(); ++i) {
     aio_->Close(paths_[i]).IgnoreError();
     ::unlink(paths_[i].c_str());
@@ -133,6 +138,11 @@ Result<SwapId> SwapSpace::Reserve(size_t size_bytes) {
   std::lock_guard lock(mu_);
   Tensor t;
   t.size_bytes = size_bytes;
+  if (options_.budget != nullptr) {
+    STRATA_RETURN_IF_ERROR(
+        options_.budget->Reserve(Tier::kNvme, AlignUp(size_bytes), "swap " + options_.name));
+  }
+  t.budget_bytes = options_.budget != nullptr ? AlignUp(size_bytes) : 0;
   const int d = static_cast<int>(files_.size());
   if (d > 1 && size_bytes >= options_.stripe_min_bytes) {
     uint64_t per = AlignUp((size_bytes + d - 1) / d);
@@ -140,7 +150,12 @@ Result<SwapId> SwapSpace::Reserve(size_t size_bytes) {
     for (int i = 0; i < d && pos < size_bytes; ++i) {
       uint64_t n = std::min<uint64_t>(per, size_bytes - pos);
       auto off = Allocate(i, AlignUp(n));
-      if (!off.ok()) return off.status();
+      if (!off.ok()) {
+        for (const Part& q : t.parts)
+          files_[static_cast<size_t>(q.file)].free.emplace_back(q.offset, AlignUp(q.size));
+        if (t.budget_bytes) options_.budget->Release(Tier::kNvme, t.budget_bytes);
+        return off.status();
+      }
       t.parts.push_back({i, *off, n, pos});
       pos += n;
     }
@@ -148,7 +163,10 @@ Result<SwapId> SwapSpace::Reserve(size_t size_bytes) {
     int i = next_small_file_;
     next_small_file_ = (next_small_file_ + 1) % d;
     auto off = Allocate(i, AlignUp(size_bytes));
-    if (!off.ok()) return off.status();
+    if (!off.ok()) {
+      if (t.budget_bytes) options_.budget->Release(Tier::kNvme, t.budget_bytes);
+      return off.status();
+    }
     t.parts.push_back({i, *off, size_bytes, 0});
   }
   for (const Part& p : t.parts) reserved_ += AlignUp(p.size);
@@ -165,6 +183,7 @@ Status SwapSpace::Free(SwapId id) {
     files_[static_cast<size_t>(p.file)].free.emplace_back(p.offset, AlignUp(p.size));
     reserved_ -= AlignUp(p.size);
   }
+  if (it->second.budget_bytes) options_.budget->Release(Tier::kNvme, it->second.budget_bytes);
   tensors_.erase(it);
   return Status::Ok();
 }

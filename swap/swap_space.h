@@ -28,6 +28,7 @@
 
 #include "aio/aio_handle.h"
 #include "core/status.h"
+#include "offload/tier_budget.h"
 
 namespace strata {
 
@@ -41,6 +42,8 @@ struct SwapSpaceOptions {
   bool reuse_stale = false;
   // Bytes by which a file grows when it needs space (fallocate granularity).
   size_t grow_bytes = size_t{256} << 20;
+  // Optional: reserved bytes are charged to Tier::kNvme (OutOfMemory past its limit).
+  TierBudget* budget = nullptr;
 };
 
 using SwapId = uint64_t;
@@ -95,6 +98,7 @@ class SwapSpace {
     std::vector<Part> parts;
     std::vector<uint64_t> checksums;  // per block of the tensor
     bool written = false;
+    uint64_t budget_bytes = 0;  // charged to options_.budget
   };
   struct FileState {
     int lock_fd = -1;

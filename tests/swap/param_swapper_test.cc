@@ -185,3 +185,31 @@ INSTANTIATE_TEST_SUITE_P(Engines, ParamSwapperTest,
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(ParamSwapperBudgetTest, ChargesBuffersToCpuAndSwapSpaceToNvme) {
+  ScratchDir dir;
+  auto aio = std::move(AioHandle::Create({})).value();
+  TierBudget budget;
+  ParamSwapperOptions o;
+  o.nvme_paths = {dir.path().string()};
+  o.buffer_count = 2;
+  o.buffer_size = 1 << 20;
+  o.max_in_cpu = 0;
+  o.pin_memory = false;
+  o.budget = &budget;
+  {
+    auto sw = std::move(ParamSwapper::Create(o, aio.get())).value();
+    EXPECT_GE(budget.Stats(Tier::kCpu).current_bytes, 2u * (2u << 20));
+    ASSERT_TRUE(sw->Register(1, 1000).ok());
+    ASSERT_TRUE(sw->Register(2, 5000).ok());
+    EXPECT_EQ(budget.Stats(Tier::kNvme).current_bytes, 4096u + 12288u);
+  }
+  EXPECT_EQ(budget.Stats(Tier::kCpu).current_bytes, 0u);
+  EXPECT_EQ(budget.Stats(Tier::kNvme).current_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace strata
