@@ -83,6 +83,12 @@ class OptimizerSwapper {
   // new state and the rest the old (the error says which).
   Status Step(const std::function<SubGroupIo(int)>& io, const StepOptions& options = {});
 
+  // Switches the schedule between steps (benchmarks compare both on the same files).
+  void set_pipelining(bool read, bool write) {
+    options_.pipeline_read = read;
+    options_.pipeline_write = write;
+  }
+
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
   const OptimizerStepStats& last_step() const { return last_; }
