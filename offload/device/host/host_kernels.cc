@@ -19,6 +19,15 @@ namespace {
 // vector) so only the last block has a scalar tail.
 constexpr size_t kBlock = size_t{1} << 16;
 
+// libtbb is not built with ThreadSanitizer, so TSan cannot see the synchronisation inside it and
+// reports races on every task hand-off. Under TSan the blocks run one after another on the
+// stream's worker instead: same blocks, same results, nothing hidden from the race detector.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUseTbb = false;
+#else
+constexpr bool kUseTbb = true;
+#endif
+
 template <DType T>
 using DT = std::integral_constant<DType, T>;
 
@@ -142,6 +151,10 @@ void ForEachBlock(size_t numel, const auto& body) {
     run(0);
     return;
   }
+  if (!kUseTbb) {
+    for (size_t b = 0; b < blocks; ++b) run(b);
+    return;
+  }
   tbb::parallel_for(tbb::blocked_range<size_t>(0, blocks, 1), [&](const auto& r) {
     for (size_t b = r.begin(); b != r.end(); ++b) run(b);
   });
@@ -157,6 +170,15 @@ double SumSquaresRange(const HostKernelPath& path, const KernelLaunch& k, size_t
   };
   if (end - begin <= kBlock) return block_sum(begin, end);
   const size_t blocks = (end - begin + kBlock - 1) / kBlock;
+  if (!kUseTbb) {
+    // Same pairwise tree as parallel_deterministic_reduce with simple_partitioner and grain 1.
+    auto tree = [&](auto& self, size_t lo, size_t hi) -> double {
+      if (hi - lo == 1) return block_sum(begin + lo * kBlock, std::min(end, begin + hi * kBlock));
+      const size_t mid = lo + (hi - lo) / 2;
+      return self(self, lo, mid) + self(self, mid, hi);
+    };
+    return tree(tree, 0, blocks);
+  }
   return tbb::parallel_deterministic_reduce(
       tbb::blocked_range<size_t>(0, blocks, 1), 0.0,
       [&](const tbb::blocked_range<size_t>& r, double acc) {
@@ -175,7 +197,7 @@ void L2NormPartials(const HostKernelPath& path, const KernelLaunch& k) {
     const size_t e = std::min(k.numel, b + chunk);
     k.partials[p] = static_cast<float>(b == e ? 0.0 : SumSquaresRange(path, k, b, e));
   };
-  if (k.num_partials == 1 || chunk >= kBlock * 4) {
+  if (k.num_partials == 1 || chunk >= kBlock * 4 || !kUseTbb) {
     for (size_t p = 0; p < k.num_partials; ++p) one(p);  // each chunk is parallel inside
   } else {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, k.num_partials, 1), [&](const auto& r) {
