@@ -52,7 +52,16 @@ Result<int> OptimizerSwapper::AddSubGroup(size_t numel, int group) {
   }
   auto id = space_->Reserve(3 * PartBytes(numel));
   if (!id.ok()) return id.status().WithContext("sub-group " + std::to_string(groups_.size()));
-  groups_.push_back({numel, group, *id});
+  SwapId grad_id = 0;
+  if (options_.swap_grads) {
+    auto gid = space_->Reserve(numel * sizeof(float));
+    if (!gid.ok()) {
+      space_->Free(*id).IgnoreError();
+      return gid.status().WithContext("gradients of sub-group " + std::to_string(groups_.size()));
+    }
+    grad_id = *gid;
+  }
+  groups_.push_back({numel, group, *id, grad_id});
   return static_cast<int>(groups_.size()) - 1;
 }
 
@@ -67,6 +76,7 @@ Status OptimizerSwapper::EnsureBuffers() {
   for (const SubGroup& g : groups_) max_numel = std::max(max_numel, g.numel);
   if (max_numel <= buffer_numel_ && buffers_.size() == options_.buffer_count) return Status::Ok();
   buffers_.clear();
+  grad_buffers_.clear();
   AlignedBufferOptions bo;
   bo.lock = options_.pin_memory;
   for (size_t i = 0; i < options_.buffer_count; ++i) {
@@ -74,6 +84,11 @@ Status OptimizerSwapper::EnsureBuffers() {
     if (!b.ok())
       return b.status().WithContext("offload_optimizer swap buffer " + std::to_string(i));
     buffers_.push_back(std::move(b).value());
+    if (options_.swap_grads) {
+      auto g = AlignedBuffer::Allocate(PartBytes(max_numel), bo);
+      if (!g.ok()) return g.status().WithContext("offload_optimizer gradient buffer");
+      grad_buffers_.push_back(std::move(g).value());
+    }
   }
   buffer_numel_ = max_numel;
   return Status::Ok();
@@ -98,6 +113,15 @@ Status OptimizerSwapper::Initialize(int sg, const float* params, const float* m,
   return space_->Write(g.swap_id, b)
       .Wait()
       .WithContext("initialize sub-group " + std::to_string(sg));
+}
+
+SwapFuture OptimizerSwapper::WriteGrads(int sg, const float* grads) {
+  if (!options_.swap_grads || sg < 0 || sg >= num_sub_groups()) {
+    return SwapFuture::Failed(InvalidArgumentError(
+        "WriteGrads(" + std::to_string(sg) +
+        "): " + (options_.swap_grads ? "no such sub-group" : "swap_grads is off")));
+  }
+  return space_->Write(groups_[static_cast<size_t>(sg)].grad_id, grads);
 }
 
 Status OptimizerSwapper::ReadState(int sg, float* params, float* m, float* v) {
@@ -129,7 +153,7 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
   const int nb = static_cast<int>(buffers_.size());
   int lookahead = options_.pipeline_read ? std::max(0, nb - 2) : 0;
   struct Slot {
-    SwapFuture read, write;
+    SwapFuture read, grad_read, write;
     bool reading = false, writing = false;
     int sg = -1;
   };
@@ -152,6 +176,11 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
                           buffers_[static_cast<size_t>(i % nb)].data());
     s.reading = true;
     last_.bytes_read += 3 * PartBytes(groups_[static_cast<size_t>(i)].numel);
+    if (options_.swap_grads) {
+      s.grad_read = space_->Read(groups_[static_cast<size_t>(i)].grad_id,
+                                 grad_buffers_[static_cast<size_t>(i % nb)].data());
+      last_.bytes_read += groups_[static_cast<size_t>(i)].numel * sizeof(float);
+    }
   };
   int next_read = 0;
   for (int i = 0; i < n && error.ok(); ++i) {
@@ -160,6 +189,10 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
     Slot& s = slots[static_cast<size_t>(i % nb)];
     auto t = Clock::now();
     Status r = s.read.Wait();
+    if (options_.swap_grads) {
+      Status rg = s.grad_read.Wait();
+      if (r.ok() && !rg.ok()) r = rg.WithContext("gradients");
+    }
     last_.read_wait_ms += Ms(t, Clock::now());
     s.reading = false;
     if (!r.ok()) {
@@ -177,6 +210,10 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
     tensors.exp_avg_sq = reinterpret_cast<float*>(b + 2 * part);
     tensors.grads = sio.grads;
     tensors.grad_dtype = sio.grad_dtype;
+    if (sio.grads == nullptr && options_.swap_grads) {
+      tensors.grads = grad_buffers_[static_cast<size_t>(i % nb)].data();
+      tensors.grad_dtype = DType::kFloat32;
+    }
     tensors.param_copy = sio.param_copy;
     tensors.param_copy_dtype = sio.param_copy_dtype;
     auto hp = optimizer_->hyperparams(g.group);
@@ -198,7 +235,10 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
   }
   // Drain: reads issued ahead and writes still in flight.
   for (Slot& s : slots) {
-    if (s.reading) s.read.Wait().IgnoreError();
+    if (s.reading) {
+      s.read.Wait().IgnoreError();
+      if (options_.swap_grads) s.grad_read.Wait().IgnoreError();
+    }
     s.reading = false;
     wait_write(s);
   }

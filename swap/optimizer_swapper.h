@@ -37,13 +37,19 @@ struct OptimizerSwapperOptions {
   bool checksums = false;
   int rank = 0;
   bool reuse_stale = false;
+  // Keep each sub-group's fp32 gradient shard on NVMe too (when it does not fit in CPU memory):
+  // the caller writes it with WriteGrads() as backward produces it, and Step() reads it with the
+  // state (a SubGroupIo with grads == nullptr means "use the swapped gradients").
+  bool swap_grads = false;
   // Optional: the swap file is charged to Tier::kNvme.
   TierBudget* budget = nullptr;
 };
 
 // What the step needs from the caller for one sub-group.
 struct SubGroupIo {
-  const void* grads = nullptr;  // numel gradients (already reduced), in grad_dtype
+  // numel gradients (already reduced), in grad_dtype; nullptr = the swapped fp32 gradients
+  // (swap_grads).
+  const void* grads = nullptr;
   DType grad_dtype = DType::kFloat32;
   void* param_copy = nullptr;  // optional: receives the updated params in param_copy_dtype
   DType param_copy_dtype = DType::kBFloat16;
@@ -74,6 +80,10 @@ class OptimizerSwapper {
   // Writes a sub-group's initial state: `params`, and zero moments (or the given ones).
   Status Initialize(int sub_group, const float* params, const float* exp_avg = nullptr,
                     const float* exp_avg_sq = nullptr);
+  // swap_grads only: starts writing sub-group i's fp32 gradients (numel floats) to NVMe. `grads`
+  // must stay valid until the future is waited.
+  SwapFuture WriteGrads(int sub_group, const float* grads);
+
   // Reads a sub-group's state back (checkpoints, tests). Null outputs are skipped.
   Status ReadState(int sub_group, float* params, float* exp_avg, float* exp_avg_sq);
 
@@ -100,6 +110,7 @@ class OptimizerSwapper {
     size_t numel = 0;
     int group = 0;
     SwapId swap_id = 0;
+    SwapId grad_id = 0;  // swap_grads only
   };
   OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio, const CpuOptimizer* opt)
       : options_(o), aio_(aio), optimizer_(opt) {}
@@ -112,6 +123,7 @@ class OptimizerSwapper {
   std::unique_ptr<SwapSpace> space_;
   std::vector<SubGroup> groups_;
   std::vector<AlignedBuffer> buffers_;
+  std::vector<AlignedBuffer> grad_buffers_;  // swap_grads only, one per buffer
   size_t buffer_numel_ = 0;
   int64_t step_ = 0;
   OptimizerStepStats last_;

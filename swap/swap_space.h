@@ -52,6 +52,12 @@ using SwapId = uint64_t;
 class SwapFuture {
  public:
   SwapFuture() = default;
+  // A future that is already done with `error`.
+  static SwapFuture Failed(Status error) {
+    SwapFuture f;
+    f.early_ = std::move(error);
+    return f;
+  }
   bool ready() const;
   Status Wait();
 

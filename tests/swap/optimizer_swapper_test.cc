@@ -21,13 +21,15 @@ struct Mode {
   bool pipeline_read, pipeline_write;
   size_t buffers;
   DType grad_dtype;
+  bool swap_grads = false;
 };
 
 std::string ModeName(const ::testing::TestParamInfo<Mode>& i) {
   const Mode& m = i.param;
   return std::string(IoEngineKindName(m.engine)) + (m.pipeline_read ? "_pread" : "") +
          (m.pipeline_write ? "_pwrite" : "") + "_b" + std::to_string(m.buffers) +
-         (m.grad_dtype == DType::kBFloat16 ? "_bf16grads" : "_fp32grads");
+         (m.grad_dtype == DType::kBFloat16 ? "_bf16grads" : "_fp32grads") +
+         (m.swap_grads ? "_on_nvme" : "");
 }
 
 std::vector<float> RandomFloats(size_t n, std::mt19937_64& rng, float scale) {
@@ -76,6 +78,7 @@ TEST_P(OptimizerSwapperTest, StepsOnNvmeEqualInMemoryStepsBitwise) {
   so.buffer_count = mode.buffers;
   so.pin_memory = false;
   so.checksums = true;
+  so.swap_grads = mode.swap_grads;
   auto sw = OptimizerSwapper::Create(so, aio.get(), &opt);
   ASSERT_TRUE(sw.ok()) << sw.status().ToString();
 
@@ -105,9 +108,18 @@ TEST_P(OptimizerSwapperTest, StepsOnNvmeEqualInMemoryStepsBitwise) {
       copy_mem[i].assign(sizes[i], 1);
     }
     const bool bf16 = mode.grad_dtype == DType::kBFloat16;
+    if (mode.swap_grads) {
+      std::vector<SwapFuture> fs;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        fs.push_back((*sw)->WriteGrads(static_cast<int>(i), grads[i].data()));
+      }
+      for (auto& f : fs) ASSERT_TRUE(f.Wait().ok());
+    }
     Status s = (*sw)->Step([&](int i) {
       SubGroupIo io;
-      io.grads = bf16 ? static_cast<const void*>(grads16[i].data()) : grads[i].data();
+      io.grads = mode.swap_grads ? nullptr
+                 : bf16          ? static_cast<const void*>(grads16[i].data())
+                                 : grads[i].data();
       io.grad_dtype = mode.grad_dtype;
       io.param_copy = copy_nvme[i].data();
       io.param_copy_dtype = DType::kBFloat16;
@@ -139,7 +151,9 @@ TEST_P(OptimizerSwapperTest, StepsOnNvmeEqualInMemoryStepsBitwise) {
   }
   const auto& st = (*sw)->last_step();
   EXPECT_GT(st.bytes_read, 0u);
-  EXPECT_EQ(st.bytes_read, st.bytes_written);
+  uint64_t grad_bytes = 0;
+  for (size_t n : sizes) grad_bytes += mode.swap_grads ? n * sizeof(float) : 0;
+  EXPECT_EQ(st.bytes_read, st.bytes_written + grad_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -148,7 +162,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{IoEngineKind::kIoUring, true, true, 4, DType::kBFloat16},
                       Mode{IoEngineKind::kIoUring, true, false, 3, DType::kFloat32},
                       Mode{IoEngineKind::kLibaio, false, true, 2, DType::kBFloat16},
-                      Mode{IoEngineKind::kLibaio, true, true, 5, DType::kFloat32}),
+                      Mode{IoEngineKind::kLibaio, true, true, 5, DType::kFloat32},
+                      Mode{IoEngineKind::kIoUring, true, true, 3, DType::kFloat32, true}),
     ModeName);
 
 TEST(OptimizerSwapperErrorTest, ReadErrorStopsTheStepNamingTheSubGroup) {
