@@ -196,10 +196,17 @@ PinnedPoolStats PinnedPool::Stats() const {
   return stats_;
 }
 
+std::string PinnedPool::HugePages() const {
+  const size_t backed = slab_.HugePageBackedBytes();
+  const int pct = static_cast<int>(
+      100.0 * static_cast<double>(backed) / static_cast<double>(slab_.size()) + 0.5);
+  return "2 MiB-aligned, " + std::to_string(pct) + "% on transparent huge pages";
+}
+
 std::string PinnedPool::Describe() const {
   return options_.name + ": " + std::to_string(count_) + " x " + FormatBytes(buffer_bytes_) + ", " +
          LockModeName(lock_mode_) + ", NUMA node " + std::to_string(numa_node_) +
-         (numa_bound_ ? " (bound)" : " (not bound)") + ", " + slab_.Describe();
+         (numa_bound_ ? " (bound)" : " (not bound)") + ", " + HugePages();
 }
 
 }  // namespace strata

@@ -111,13 +111,15 @@ class PinnedPool {
   int numa_node() const { return numa_node_; }
   const void* slab() const { return slab_.data(); }
   PinnedPoolStats Stats() const;
-  // "pinned pool: 4 x 1 MiB, mlocked, NUMA node 0 (bound), 2 MiB-aligned, ...".
+  // "pinned pool: 4 x 1 MiB, mlocked, NUMA node 0 (bound), 2 MiB-aligned, 100% on transparent
+  // huge pages" (reads /proc/self/smaps: for reports, not hot paths).
   std::string Describe() const;
 
  private:
   friend class PinnedBuffer;
   explicit PinnedPool(const PinnedPoolOptions& options) : options_(options) {}
   Status Init();
+  std::string HugePages() const;
   void Return(size_t index);
   PinnedBuffer Lease();  // requires mu_ and a free buffer
 
