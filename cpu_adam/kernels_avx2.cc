@@ -28,7 +28,8 @@ struct Avx2Ops {
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // Round to nearest even on the bit pattern; NaN becomes a quiet NaN (as ScalarFloatToBf16).
-  static void StoreBf16(uint16_t* p, V v) {
+  // Returns the bf16 bits in the low half of each 32-bit lane.
+  static __m256i Bf16Bits(V v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(u, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -36,11 +37,20 @@ struct Avx2Ops {
     r = _mm256_srli_epi32(r, 16);
     const __m256i qnan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
     const __m256 is_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(is_nan));
-    // Values are in [0, 0xFFFF]: unsigned-saturating pack is exact. packus works per 128-bit
-    // lane, so gather the two useful quadwords into the low half.
+    return _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(is_nan));
+  }
+  // Values are in [0, 0xFFFF], so the unsigned-saturating pack is exact. packus works per 128-bit
+  // lane; the permute puts the quadwords back in element order.
+  static void StoreBf16(uint16_t* p, V v) {
+    const __m256i r = Bf16Bits(v);
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  static constexpr bool kPairBf16 = true;
+  static void StoreBf16Pair(uint16_t* p, V a, V b) {
+    const __m256i packed =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(Bf16Bits(a), Bf16Bits(b)), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
   }
   static V Add(V a, V b) { return _mm256_add_ps(a, b); }
   static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
