@@ -61,4 +61,12 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
+double PairedRatio(const Variant& v, const Variant& reference) {
+  std::vector<double> r;
+  for (size_t i = 0; i < v.seconds.size() && i < reference.seconds.size(); ++i) {
+    r.push_back(reference.seconds[i] / v.seconds[i]);
+  }
+  return Median(std::move(r));
+}
+
 }  // namespace strata::bench

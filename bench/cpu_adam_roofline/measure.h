@@ -29,4 +29,8 @@ void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup);
 
 double Median(std::vector<double> v);
 
+// Median over rounds of reference.seconds[r] / v.seconds[r]: v's throughput relative to the
+// reference measured in the same round (drifts in machine load cancel out).
+double PairedRatio(const Variant& v, const Variant& reference);
+
 }  // namespace strata::bench
