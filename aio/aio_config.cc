@@ -38,6 +38,17 @@ Status ApplyAioSection(const nlohmann::json& aio, AioOptions* o) {
   return Status::Ok();
 }
 
+Status ApplyStrataAioKeys(const nlohmann::json& strata, AioOptions* o) {
+  if (!strata.is_object()) return InvalidArgumentError("config 'strata' must be an object");
+  std::string engine(IoEngineKindName(o->engine));
+  STRATA_RETURN_IF_ERROR(
+      ReadEnum(strata, "strata", "aio_engine", {"io_uring", "libaio", "auto"}, &engine));
+  STRATA_ASSIGN_OR_RETURN(o->engine, ParseIoEngineKind(engine));
+  STRATA_RETURN_IF_ERROR(ReadBool(strata, "strata", "aio_allow_buffered", &o->allow_buffered));
+  STRATA_RETURN_IF_ERROR(ReadBool(strata, "strata", "aio_sqpoll", &o->sqpoll));
+  return Status::Ok();
+}
+
 nlohmann::json AioSectionJson(const AioOptions& o) {
   return nlohmann::json{{"block_size", o.block_size},
                         {"queue_depth", o.queue_depth},

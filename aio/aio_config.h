@@ -14,6 +14,11 @@ namespace strata {
 // (GPUDirect Storage needs CUDA + cuFile).
 Status ApplyAioSection(const nlohmann::json& aio, AioOptions* options);
 
+// Applies Strata's own aio keys from the `strata` section: aio_engine (io_uring | libaio | auto),
+// aio_allow_buffered (bool), aio_sqpoll (bool). Other keys of that section belong to other layers
+// and are checked by the engine's config.
+Status ApplyStrataAioKeys(const nlohmann::json& strata, AioOptions* options);
+
 // The `aio` section for `options`, ready to paste into a config.
 nlohmann::json AioSectionJson(const AioOptions& options);
 

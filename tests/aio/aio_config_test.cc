@@ -44,5 +44,18 @@ TEST(AioConfigTest, RejectsUnknownBothNamesAndBadValues) {
   EXPECT_NE(s.message().find("true or false"), std::string::npos) << s.message();
 }
 
+TEST(AioConfigTest, ReadsStrataEngineKeys) {
+  AioOptions o;
+  ASSERT_TRUE(ApplyStrataAioKeys(nlohmann::json::parse(R"({"aio_engine": "libaio",
+      "aio_allow_buffered": true, "checksums": true})"),
+                                 &o)
+                  .ok());
+  EXPECT_EQ(o.engine, IoEngineKind::kLibaio);
+  EXPECT_TRUE(o.allow_buffered);
+  Status s = ApplyStrataAioKeys(nlohmann::json::parse(R"({"aio_engine": "spdk"})"), &o);
+  EXPECT_NE(s.message().find("strata.aio_engine"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("io_uring, libaio, auto"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "aio/aligned_buffer.h"
+#include "tests/aio/faulty_engine.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
@@ -28,6 +29,11 @@ struct Config {
   bool single_submit;
   size_t block;
 };
+
+void PrintTo(const Config& c, std::ostream* os) {
+  *os << IoEngineKindName(c.engine) << " threads=" << c.threads << " qd=" << c.queue_depth
+      << " block=" << c.block;
+}
 
 std::string Name(const ::testing::TestParamInfo<Config>& info) {
   const Config& c = info.param;

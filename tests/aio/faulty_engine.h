@@ -6,8 +6,14 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <ostream>
 
 #include "aio/io_engine.h"
+
+namespace strata {
+// Readable parameter names in gtest/ctest output.
+inline void PrintTo(IoEngineKind kind, std::ostream* os) { *os << IoEngineKindName(kind); }
+}  // namespace strata
 
 namespace strata::testing {
 

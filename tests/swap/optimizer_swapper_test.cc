@@ -24,6 +24,8 @@ struct Mode {
   bool swap_grads = false;
 };
 
+void PrintTo(const Mode& m, std::ostream* os) { *os << IoEngineKindName(m.engine); }
+
 std::string ModeName(const ::testing::TestParamInfo<Mode>& i) {
   const Mode& m = i.param;
   return std::string(IoEngineKindName(m.engine)) + (m.pipeline_read ? "_pread" : "") +

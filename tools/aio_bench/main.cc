@@ -44,6 +44,8 @@ const char kUsage[] = R"(usage: aio_bench (--path DIR | --file FILE) [options]
   --emit-config        print the best configuration as a config snippet
   --buffers huge|small transparent huge pages (default) or 4 KiB pages
   --no-register        do not register buffers with io_uring
+  --no-fixed-files     do not register files with io_uring
+  --sqpoll             io_uring kernel submission thread (costs a whole core)
   --single-submit      submit pieces one at a time
   --no-overlap         lock-step batches instead of keeping the queue full
   --allow-buffered     accept a filesystem without O_DIRECT (measures the page cache)
@@ -130,6 +132,10 @@ Status ParseArgs(int argc, char** argv, Args* a) {
       a->base.huge_pages = v == "huge";
     } else if (k == "--no-register") {
       a->base.register_buffers = false;
+    } else if (k == "--no-fixed-files") {
+      a->base.aio.fixed_files = false;
+    } else if (k == "--sqpoll") {
+      a->base.aio.sqpoll = true;
     } else if (k == "--single-submit") {
       a->base.aio.single_submit = true;
     } else if (k == "--no-overlap") {
