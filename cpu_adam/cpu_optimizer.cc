@@ -5,11 +5,14 @@
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <utility>
 
+#include "core/log.h"
 #include "cpu_adam/kernel_table.h"
 
 namespace strata {
@@ -91,6 +94,40 @@ Status CheckTensors(OptimizerKind kind, const StepTensors& t) {
     }
   }
   return Status::Ok();
+}
+
+// Note [Aliased streams]
+// On the development machine (Zen 3 under KVM) Adam's streams run ~5x slower when the arrays are
+// separated by a multiple of 128 MiB or more (e.g. equal power-of-two-sized arrays carved back to
+// back from one buffer): every stream then maps to the same DRAM banks and rows. A multiple of
+// 32 MiB cost ~8%, 8 MiB or less nothing measurable (bench/cpu_adam_roofline --pages-compare,
+// docs/cpu_adam.md). The fix is the caller's (stagger the arrays by a few MiB), so the step only
+// says so, once per process.
+std::atomic<bool> g_alias_warned{false};
+constexpr uintptr_t kAliasModulus = uintptr_t{32} << 20;
+
+void WarnIfStreamsAlias(const StepTensors& t) {
+  if (t.numel * sizeof(float) < kAliasModulus || g_alias_warned.load(std::memory_order_relaxed)) {
+    return;
+  }
+  const std::pair<const char*, const void*> streams[] = {{"params", t.params},
+                                                         {"grads", t.grads},
+                                                         {"exp_avg", t.exp_avg},
+                                                         {"exp_avg_sq", t.exp_avg_sq}};
+  for (size_t i = 0; i < std::size(streams); ++i) {
+    for (size_t j = i + 1; j < std::size(streams); ++j) {
+      if (streams[i].second == nullptr || streams[j].second == nullptr) continue;
+      const auto a = reinterpret_cast<uintptr_t>(streams[i].second);
+      const auto b = reinterpret_cast<uintptr_t>(streams[j].second);
+      if ((a - b) % kAliasModulus == 0) {
+        LogOnce(g_alias_warned, LogLevel::kWarning,
+                std::string("cpu optimizer: ") + streams[i].first + " and " + streams[j].first +
+                    " are a multiple of 32 MiB apart; such aliased streams ran up to 5x slower "
+                    "here (stagger the arrays by a few MiB, see docs/cpu_adam.md)");
+        return;
+      }
+    }
+  }
 }
 
 internal::StepCoeffs MakeCoeffs(OptimizerKind kind, const Hyperparams& hp, int64_t step,
@@ -225,6 +262,7 @@ Status CpuOptimizer::StepAt(const Hyperparams& hp, int64_t step, const StepTenso
   STRATA_RETURN_IF_ERROR(ValidateHyperparams(kind_, hp).WithContext(ctx));
   if (t.numel == 0) return Status::Ok();
   STRATA_RETURN_IF_ERROR(CheckTensors(kind_, t).WithContext(ctx));
+  WarnIfStreamsAlias(t);
 
   const internal::StepCoeffs coeffs =
       MakeCoeffs(kind_, hp, step, options.grad_scale, options_.prefetch_bytes);

@@ -100,14 +100,28 @@ AlignedBuffer Alloc(size_t bytes, bool huge) {
   return std::move(b).value();
 }
 
-// fp32 master + state (+ fp32 grads), and the 16-bit grads and copy for the bf16 mix.
+// fp32 master + state + fp32 grads (and the 16-bit grads and copy for the bf16 mix), as
+// separate buffers or as views carved from one shared buffer.
 struct Arrays {
-  Arrays(size_t n, bool huge, bool with_half)
-      : p(Alloc(n * 4, huge)), g(Alloc(n * 4, huge)), m(Alloc(n * 4, huge)), v(Alloc(n * 4, huge)) {
+  // Separate buffers, 2 MiB-aligned on huge pages.
+  Arrays(size_t n, bool with_half) {
+    for (int k = 0; k < 4; ++k) owned.push_back(Alloc(n * 4, true));
+    for (int k = 0; k < 4; ++k) f[k] = static_cast<float*>(owned[k].data());
     if (with_half) {
-      g16 = Alloc(n * 2, huge);
-      c16 = Alloc(n * 2, huge);
+      owned.push_back(Alloc(n * 2, true));
+      owned.push_back(Alloc(n * 2, true));
+      g16 = static_cast<uint16_t*>(owned[4].data());
+      c16 = static_cast<uint16_t*>(owned[5].data());
     }
+    Fill(n, with_half);
+  }
+  // Views into `shared`: array k starts at k * (n * 4 + stagger_bytes).
+  Arrays(size_t n, const AlignedBuffer& shared, size_t stagger_bytes) {
+    for (int k = 0; k < 4; ++k) {
+      f[k] = reinterpret_cast<float*>(shared.bytes() + k * (n * 4 + stagger_bytes));
+    }
+  }
+  void Fill(size_t n, bool with_half) {
     RunSplit(2, false, n, [&](size_t b, size_t e) {
       for (size_t i = b; i < e; ++i) {
         const float r = static_cast<float>((i * 2654435761u) & 0xFFFFFF) * (1.0f / (1 << 24));
@@ -119,13 +133,27 @@ struct Arrays {
       }
     });
   }
-  float* P() const { return static_cast<float*>(p.data()); }
-  float* G() const { return static_cast<float*>(g.data()); }
-  float* M() const { return static_cast<float*>(m.data()); }
-  float* V() const { return static_cast<float*>(v.data()); }
-  uint16_t* G16() const { return static_cast<uint16_t*>(g16.data()); }
-  uint16_t* C16() const { return static_cast<uint16_t*>(c16.data()); }
-  AlignedBuffer p, g, m, v, g16, c16;
+  // Where the arrays sit relative to each other: the largest power of two (up to 1 GiB) that
+  // divides every pairwise distance (see Note [Aliased streams] in cpu_optimizer.cc).
+  size_t CommonAlignment() const {
+    size_t a = size_t{1} << 30;
+    for (int i = 1; i < 4; ++i) {
+      const auto d = static_cast<size_t>(reinterpret_cast<uintptr_t>(f[i]) -
+                                         reinterpret_cast<uintptr_t>(f[0]));
+      while (a > 1 && d % a != 0) a /= 2;
+    }
+    return a;
+  }
+  float* P() const { return f[0]; }
+  float* G() const { return f[1]; }
+  float* M() const { return f[2]; }
+  float* V() const { return f[3]; }
+  uint16_t* G16() const { return g16; }
+  uint16_t* C16() const { return c16; }
+  std::vector<AlignedBuffer> owned;
+  float* f[4] = {};
+  uint16_t* g16 = nullptr;
+  uint16_t* c16 = nullptr;
 };
 
 // Pins each thread that enters the arena to CPU = its slot index; unpins on exit.
@@ -258,11 +286,24 @@ int Main(int argc, char** argv) {
         CpuSimdFeatures().c_str());
     std::fflush(stdout);
   }
-  Arrays huge(n, true, true);
-  std::unique_ptr<Arrays> small_pages;
-  if (b.args.pages_compare) small_pages = std::make_unique<Arrays>(n, false, false);
-  const double thp = huge.p.size() ? double(huge.p.HugePageBackedBytes()) / huge.p.size() : 0;
-
+  Arrays huge(n, true);
+  // --pages-compare: one 4 KiB-page buffer viewed two ways: arrays staggered by 2 MiB each (page
+  // size is the only difference from `huge`), and arrays exactly n * 4 bytes apart (aliased).
+  constexpr size_t kStagger = size_t{2} << 20;
+  AlignedBuffer small_buf;
+  std::unique_ptr<Arrays> small_pages, aliased;
+  if (b.args.pages_compare) {
+    small_buf = Alloc(4 * (n * 4 + kStagger), false);
+    // Every float is a valid p, g, m and v, whichever view reads it.
+    float* all = reinterpret_cast<float*>(small_buf.data());
+    const size_t count = small_buf.size() / 4;
+    RunSplit(2, false, count, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) all[i] = 1e-4f * (1 + static_cast<float>(i % 97) / 97);
+    });
+    small_pages = std::make_unique<Arrays>(n, small_buf, kStagger);
+    aliased = std::make_unique<Arrays>(n, small_buf, 0);
+  }
+  const double thp = double(huge.owned[0].HugePageBackedBytes()) / huge.owned[0].size();
   // Compared variants sit next to each other in a round (paired ratios).
   for (int t : {1, 2}) {
     b.AddProbe("probe fp32", huge, t, false);
@@ -288,8 +329,9 @@ int Main(int argc, char** argv) {
     b.AddProbe("probe fp32 4K pages", *small_pages, 2, false);
     b.AddPlain("plain loop fp32 4K pages", *small_pages, 2, false);
     b.AddStrata("strata fp32 4K pages", *small_pages, 2, false);
+    b.AddProbe("probe fp32 4K aliased", *aliased, 2, false);
+    b.AddStrata("strata fp32 4K aliased", *aliased, 2, false);
   }
-
   if (!b.args.filter.empty()) {
     std::erase_if(b.variants, [&](const Variant& v) {
       return v.name.rfind("probe ", 0) != 0 && v.name.find(b.args.filter) == std::string::npos;
@@ -347,6 +389,7 @@ int Main(int argc, char** argv) {
                         {"simd", CpuSimdFeatures()},
                         {"kernel", b.optimizers.front()->kernel_name()},
                         {"huge_page_backed_fraction", thp},
+                        {"array_distance_alignment_bytes", huge.CommonAlignment()},
                         {"bytes_per_param", kBytesPerParam},
                         {"ratio_method", "median over rounds of same-round time ratios"},
                         {"probe_gbps", gparams(probe2) * kBytesPerParam},
@@ -363,12 +406,16 @@ int Main(int argc, char** argv) {
     if (small_pages) {
       j["vs_plain_4k_fp32_2t"] = ratio(strata2, find("plain loop fp32 4K pages", 2));
       j["huge_vs_4k_strata_fp32_2t"] = ratio(strata2, find("strata fp32 4K pages", 2));
+      j["staggered_vs_aliased_strata_fp32_2t"] =
+          ratio(find("strata fp32 4K pages", 2), find("strata fp32 4K aliased", 2));
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("kernel %s, state arrays %.0f%% on huge pages; %.0f bytes/param nominal\n\n",
-              b.optimizers.front()->kernel_name(), thp * 100, kBytesPerParam);
+  std::printf(
+      "kernel %s, state arrays %.0f%% on huge pages, pairwise distances multiples of "
+      "%zu KiB (aliased above 32 MiB); %.0f bytes/param nominal\n\n",
+      b.optimizers.front()->kernel_name(), thp * 100, huge.CommonAlignment() >> 10, kBytesPerParam);
   std::printf("%-32s %3s %9s %9s %7s %8s %8s  %s\n", "variant", "thr", "median ms", "Gparam/s",
               "GB/s", "vs probe", "vs plain", "range Gparam/s");
   for (size_t k = 0; k < rows.size(); ++k) {
