@@ -19,9 +19,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aio/aligned_buffer.h"
+#include "bench/cpu_adam_roofline/arrays.h"
 #include "bench/cpu_adam_roofline/measure.h"
 #include "bench/cpu_adam_roofline/streams.h"
 #include "cpu_adam/cpu_optimizer.h"
@@ -87,74 +89,6 @@ Args ParseArgs(int argc, char** argv) {
   }
   return a;
 }
-
-AlignedBuffer Alloc(size_t bytes, bool huge) {
-  AlignedBufferOptions o;
-  o.huge_pages = huge;
-  o.populate = true;
-  Result<AlignedBuffer> b = AlignedBuffer::Allocate(bytes, o);
-  if (!b.ok()) {
-    std::fprintf(stderr, "cpu_adam_roofline: %s\n", b.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(b).value();
-}
-
-// fp32 master + state + fp32 grads (and the 16-bit grads and copy for the bf16 mix), as
-// separate buffers or as views carved from one shared buffer.
-struct Arrays {
-  // Separate buffers, 2 MiB-aligned on huge pages.
-  Arrays(size_t n, bool with_half) {
-    for (int k = 0; k < 4; ++k) owned.push_back(Alloc(n * 4, true));
-    for (int k = 0; k < 4; ++k) f[k] = static_cast<float*>(owned[k].data());
-    if (with_half) {
-      owned.push_back(Alloc(n * 2, true));
-      owned.push_back(Alloc(n * 2, true));
-      g16 = static_cast<uint16_t*>(owned[4].data());
-      c16 = static_cast<uint16_t*>(owned[5].data());
-    }
-    Fill(n, with_half);
-  }
-  // Views into `shared`: array k starts at k * (n * 4 + stagger_bytes).
-  Arrays(size_t n, const AlignedBuffer& shared, size_t stagger_bytes) {
-    for (int k = 0; k < 4; ++k) {
-      f[k] = reinterpret_cast<float*>(shared.bytes() + k * (n * 4 + stagger_bytes));
-    }
-  }
-  void Fill(size_t n, bool with_half) {
-    RunSplit(2, false, n, [&](size_t b, size_t e) {
-      for (size_t i = b; i < e; ++i) {
-        const float r = static_cast<float>((i * 2654435761u) & 0xFFFFFF) * (1.0f / (1 << 24));
-        P()[i] = r - 0.5f;
-        G()[i] = (0.5f - r) * 1e-2f;
-        M()[i] = 0;
-        V()[i] = 1e-4f;
-        if (with_half) G16()[i] = FloatToBFloat16(G()[i]);
-      }
-    });
-  }
-  // Where the arrays sit relative to each other: the largest power of two (up to 1 GiB) that
-  // divides every pairwise distance (see Note [Aliased streams] in cpu_optimizer.cc).
-  size_t CommonAlignment() const {
-    size_t a = size_t{1} << 30;
-    for (int i = 1; i < 4; ++i) {
-      const auto d = static_cast<size_t>(reinterpret_cast<uintptr_t>(f[i]) -
-                                         reinterpret_cast<uintptr_t>(f[0]));
-      while (a > 1 && d % a != 0) a /= 2;
-    }
-    return a;
-  }
-  float* P() const { return f[0]; }
-  float* G() const { return f[1]; }
-  float* M() const { return f[2]; }
-  float* V() const { return f[3]; }
-  uint16_t* G16() const { return g16; }
-  uint16_t* C16() const { return c16; }
-  std::vector<AlignedBuffer> owned;
-  float* f[4] = {};
-  uint16_t* g16 = nullptr;
-  uint16_t* c16 = nullptr;
-};
 
 // Pins each thread that enters the arena to CPU = its slot index; unpins on exit.
 class PinningObserver : public tbb::task_scheduler_observer {
