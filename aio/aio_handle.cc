@@ -137,6 +137,14 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
       continue;
     }
     const uint64_t A = f->split_align;
+    if (options_.block_size % A != 0) {
+      auto st = std::make_shared<RequestState>(1);
+      st->SegmentDone(InvalidArgumentError("aio block_size " + std::to_string(options_.block_size) +
+                                           " is not a multiple of the O_DIRECT alignment " +
+                                           std::to_string(A) + " of " + r.path),
+                      0);
+      return AioFuture(std::move(st));
+    }
     const uint64_t a = (off + A - 1) / A * A, e = end / A * A;
     if (e <= a) {
       add(f, r, base, off, end, true, f->buffered_fd, static_cast<int>(round_robin++ % threads));

@@ -55,7 +55,8 @@ struct AioRequest {
 class AioHandle;
 
 // A buffer registered with every worker's engine (io_uring READ_FIXED/WRITE_FIXED). Unregisters
-// on destruction; no I/O on the buffer may be in flight then, and the buffer must outlive it.
+// on destruction; no I/O on the buffer may be in flight then, and both the buffer and the
+// AioHandle must outlive it.
 class RegisteredBuffer {
  public:
   RegisteredBuffer() = default;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/log.h"
 #include "core/units.h"
 
 namespace strata::internal {
@@ -109,6 +110,10 @@ void AioWorker::Run() {
     SubmitRetries();
     if (options_.overlap_events || inflight_ == 0) IssuePieces();
     const int in_kernel = inflight_ - static_cast<int>(retry_.size());
+    if (in_kernel == 0 && !retry_.empty()) {
+      // The kernel refused everything (EAGAIN): pause briefly instead of spinning.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     if (in_kernel > 0) {
       // Lock-step mode waits for the whole batch. Otherwise wait for one completion, but only
       // briefly while there is room for more: new segments may arrive meanwhile.
@@ -116,7 +121,13 @@ void AioWorker::Run() {
       const bool room = options_.overlap_events && !free_slots_.empty();
       auto n = engine_->Reap(completions_, min, room ? 200 : -1);
       if (!n.ok()) {
+        // Pieces still in the kernel may yet write into their buffers, so their requests
+        // cannot complete before their completions arrive: fail the segments (no new pieces),
+        // say so once, and keep reaping with a short pause.
         for (Segment& seg : active_) Fail(seg, n.status().WithContext("aio reap"));
+        static std::atomic<bool> said{false};
+        LogOnce(said, LogLevel::kError, n.status().WithContext("aio reap").ToString());
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       } else {
         for (int i = 0; i < *n; ++i) Complete(completions_[static_cast<size_t>(i)]);
       }

@@ -52,7 +52,9 @@ class LibaioEngine final : public IoEngine {
         rc = io_submit(ctx_, n, ptrs_.data());
       } while (rc == -EINTR);
       if (rc < 0) {
-        if (done > 0) return done;
+        // EAGAIN: the kernel is short of resources; nothing of this call was taken. Report what
+        // was accepted so far; the caller resubmits the rest after reaping.
+        if (done > 0 || rc == -EAGAIN) return done;
         return ErrnoToStatus(-rc, "io_submit");
       }
       done += rc;

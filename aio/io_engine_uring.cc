@@ -1,5 +1,6 @@
 // io_uring backend (liburing). See io_engine.h for the contract.
 #include "aio/io_engine_backends.h"
+#include "core/log.h"
 
 #include <liburing.h>
 
@@ -58,15 +59,19 @@ class UringEngine final : public IoEngine {
     return s + ")";
   }
 
+  // Note [Submission contract]
+  // An sqe handed out by io_uring_get_sqe is in the ring once io_uring_submit publishes the tail,
+  // whether or not io_uring_enter then succeeds; it cannot be taken back. So Submit() reports
+  // every prepared request as accepted, and Flush() keeps pushing the ring's unsubmitted entries
+  // (again before every Reap) instead of failing requests the kernel may still run.
   Result<int> Submit(std::span<const IoRequest> reqs) override {
     int prepared = 0;
     for (const IoRequest& r : reqs) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
-        int rc = io_uring_submit(&ring_);
-        if (rc < 0) return ErrnoToStatus(-rc, "io_uring_submit");
+        STRATA_RETURN_IF_ERROR(Flush());
         sqe = io_uring_get_sqe(&ring_);
-        if (sqe == nullptr) return InternalError("io_uring: submission queue full");
+        if (sqe == nullptr) break;  // ring full: the caller resubmits the rest later
       }
       int fd = r.fd;
       bool fixed = false;
@@ -92,13 +97,31 @@ class UringEngine final : public IoEngine {
       io_uring_sqe_set_data64(sqe, r.user_data);
       ++prepared;
     }
-    int rc = io_uring_submit(&ring_);
-    if (rc < 0) return ErrnoToStatus(-rc, "io_uring_submit");
+    Status s = Flush();
+    if (!s.ok()) {
+      // The prepared entries are in the ring and may still run: report them accepted (see the
+      // note); the broken ring shows up as a Reap error.
+      LogError(s.ToString());
+    }
     return prepared;
+  }
+
+  // Pushes unsubmitted ring entries to the kernel. EAGAIN/EBUSY leave them queued for the next
+  // call (Reap flushes first); other errors mean the ring is unusable.
+  Status Flush() {
+    while (io_uring_sq_ready(&ring_) > 0) {
+      int rc = io_uring_submit(&ring_);
+      if (rc == -EINTR) continue;
+      if (rc == -EAGAIN || rc == -EBUSY) return Status::Ok();
+      if (rc < 0) return ErrnoToStatus(-rc, "io_uring_submit");
+      if (rc == 0 || sqpoll_) break;  // SQPOLL: the kernel thread consumes them on its own
+    }
+    return Status::Ok();
   }
 
   Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_us) override {
     if (out.empty()) return 0;
+    STRATA_RETURN_IF_ERROR(Flush());
     if (min_complete > 0 && io_uring_cq_ready(&ring_) < static_cast<unsigned>(min_complete)) {
       __kernel_timespec ts{};
       __kernel_timespec* tsp = nullptr;
@@ -176,8 +199,7 @@ class UringEngine final : public IoEngine {
     size_t size = 0;
   };
 
-  // Slot of a registered file, registering it on first use (evicting round-robin when full).
-  // -1: use the plain fd.
+  // Slot of a registered file, registering it on first use. -1: use the plain fd.
   int FileSlot(uint64_t file_id, int fd) {
     auto it = slot_of_file_.find(file_id);
     if (it != slot_of_file_.end()) return it->second;
@@ -188,10 +210,9 @@ class UringEngine final : public IoEngine {
         break;
       }
     }
-    if (slot < 0) {
-      slot = static_cast<int>(next_evict_++ % kFileSlots);
-      slot_of_file_.erase(file_slot_owner_[slot]);
-    }
+    // All slots taken: use the plain descriptor. Never evict: a request already prepared in
+    // this batch (or queued under SQPOLL) may name the slot.
+    if (slot < 0) return -1;
     if (io_uring_register_files_update(&ring_, static_cast<unsigned>(slot), &fd, 1) != 1) {
       file_slot_owner_[slot] = 0;
       return -1;
@@ -218,7 +239,6 @@ class UringEngine final : public IoEngine {
   bool registered_buffers_ = false;
   std::vector<uint64_t> file_slot_owner_;
   std::unordered_map<uint64_t, int> slot_of_file_;
-  unsigned next_evict_ = 0;
   std::vector<Registered> buffers_;
 };
 

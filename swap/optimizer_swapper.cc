@@ -121,7 +121,10 @@ SwapFuture OptimizerSwapper::WriteGrads(int sg, const float* grads) {
         "WriteGrads(" + std::to_string(sg) +
         "): " + (options_.swap_grads ? "no such sub-group" : "swap_grads is off")));
   }
-  return space_->Write(groups_[static_cast<size_t>(sg)].grad_id, grads);
+  if (grad_writes_.size() < groups_.size()) grad_writes_.resize(groups_.size());
+  SwapFuture f = space_->Write(groups_[static_cast<size_t>(sg)].grad_id, grads);
+  grad_writes_[static_cast<size_t>(sg)] = f;
+  return f;
 }
 
 Status OptimizerSwapper::ReadState(int sg, float* params, float* m, float* v) {
@@ -177,6 +180,16 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
     s.reading = true;
     last_.bytes_read += 3 * PartBytes(groups_[static_cast<size_t>(i)].numel);
     if (options_.swap_grads) {
+      if (static_cast<size_t>(i) < grad_writes_.size()) {
+        // The gradients must be on disk before they are read back.
+        Status w = grad_writes_[static_cast<size_t>(i)].Wait();
+        grad_writes_[static_cast<size_t>(i)] = SwapFuture();
+        if (!w.ok()) {
+          if (error.ok())
+            error = w.WithContext("write gradients of sub-group " + std::to_string(i));
+          return;
+        }
+      }
       s.grad_read = space_->Read(groups_[static_cast<size_t>(i)].grad_id,
                                  grad_buffers_[static_cast<size_t>(i % nb)].data());
       last_.bytes_read += groups_[static_cast<size_t>(i)].numel * sizeof(float);

@@ -136,6 +136,7 @@ Status ParamSwapper::SwapIn(std::span<const ParamId> ids) {
     Param* p = todo[i];
     p->buf = bufs[i];
     p->io = space_->Read(p->swap_id, p->buf);
+    ++p->io_gen;
     p->state = State::kReading;
     stats_.bytes_read += p->numel * options_.element_bytes;
   }
@@ -147,11 +148,13 @@ Status ParamSwapper::FinishIo(ParamId id, Param& p, std::unique_lock<std::mutex>
   if (p.state != State::kReading && p.state != State::kWriting) return Status::Ok();
   SwapFuture f = p.io;
   const State was = p.state;
+  const uint64_t gen = p.io_gen;
   lock.unlock();
   Status s = f.Wait();
   lock.lock();
   auto it = params_.find(id);
-  if (it == params_.end() || it->second.state != was) return s;  // someone else finished it
+  // Another thread finished this I/O (and maybe started a new one) meanwhile.
+  if (it == params_.end() || it->second.state != was || it->second.io_gen != gen) return s;
   Param& q = it->second;
   if (!s.ok()) {
     if (was == State::kReading) {
@@ -161,9 +164,11 @@ Status ParamSwapper::FinishIo(ParamId id, Param& p, std::unique_lock<std::mutex>
       q.state = State::kOnNvme;
     } else {
       q.state = State::kResident;  // the data is still in the buffer: nothing is lost
+      q.unsaved = true;
     }
     return s.WithContext("param " + std::to_string(id));
   }
+  if (was == State::kWriting) q.unsaved = false;
   q.state = State::kResident;
   return Status::Ok();
 }
@@ -209,6 +214,7 @@ Status ParamSwapper::SwapOut(std::span<const ParamId> ids) {
                                      " has no buffer to swap out (swap it in or Allocate first)");
     }
     p->io = space_->Write(p->swap_id, p->buf);
+    ++p->io_gen;
     p->state = State::kWriting;
     stats_.bytes_written += p->numel * options_.element_bytes;
   }
@@ -229,6 +235,14 @@ Status ParamSwapper::Release(std::span<const ParamId> ids) {
       continue;
     }
     p = &params_.at(id);
+    if (p->state == State::kResident && p->unsaved) {
+      if (first.ok()) {
+        first = FailedPreconditionError("param " + std::to_string(id) +
+                                        ": its last swap-out failed, so its buffer holds the only "
+                                        "copy; it is kept until a SwapOut succeeds");
+      }
+      continue;
+    }
     if (p->state == State::kResident) {
       arena_->Free(p->buf);
       p->buf = nullptr;

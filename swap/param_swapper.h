@@ -75,8 +75,10 @@ class ParamSwapper {
   Result<std::span<uint8_t>> Data(ParamId id);
   // Starts writing the given resident parameters back to NVMe; buffers stay allocated.
   Status SwapOut(std::span<const ParamId> ids);
-  // Waits for each parameter's outstanding I/O, then frees its buffer. The first error of that
-  // I/O is returned (and the buffer is kept, so the data is not lost).
+  // Waits for each parameter's outstanding I/O, then frees its buffer (without writing it: use
+  // SwapOut first to keep changes). The first error of that I/O is returned. If a parameter's
+  // last swap-out failed, its buffer is kept (it holds the only copy) and Release returns
+  // FailedPrecondition until a SwapOut succeeds.
   Status Release(std::span<const ParamId> ids);
 
   ParamSwapperStats stats() const;
@@ -89,6 +91,8 @@ class ParamSwapper {
     SwapId swap_id = 0;
     uint8_t* buf = nullptr;  // swap buffer range, or CPU storage for kCpu
     SwapFuture io;
+    uint64_t io_gen = 0;       // bumped per I/O issued, so a waiter knows whose I/O it finished
+    bool unsaved = false;      // the last swap-out failed: the buffer holds the only copy
     std::vector<uint8_t> cpu;  // kCpu storage
   };
 

@@ -65,14 +65,12 @@ Status SwapSpace::OpenFiles() {
                                      " is in use by another running process (it holds the lock); "
                                      "give each run its own nvme_path or rank");
     }
-    FileState fs;
-    fs.lock_fd = fd;
-    files_.push_back(fs);
-    paths_.push_back(path);
     if (existed) {
       struct stat fst;
       ::fstat(fd, &fst);
       if (!options_.reuse_stale) {
+        // Not ours: leave it where it is (the destructor only removes files in paths_).
+        ::close(fd);
         return FailedPreconditionError(
             "swap: stale swap file " + path + " (" +
             FormatBytes(static_cast<uint64_t>(fst.st_size)) +
@@ -80,8 +78,16 @@ Status SwapSpace::OpenFiles() {
             "(strata.swap_reuse_stale = true)");
       }
       LogWarning("swap: reusing stale swap file " + path + " (its contents are discarded)");
-      if (::ftruncate(fd, 0) != 0) return ErrnoToStatus(errno, "swap: truncate " + path);
+      if (::ftruncate(fd, 0) != 0) {
+        int err = errno;
+        ::close(fd);
+        return ErrnoToStatus(err, "swap: truncate " + path);
+      }
     }
+    FileState fs;
+    fs.lock_fd = fd;
+    files_.push_back(fs);
+    paths_.push_back(path);
   }
   return Status::Ok();
 }
@@ -152,7 +158,7 @@ Result<SwapId> SwapSpace::Reserve(size_t size_bytes) {
       auto off = Allocate(i, AlignUp(n));
       if (!off.ok()) {
         for (const Part& q : t.parts)
-          files_[static_cast<size_t>(q.file)].free.emplace_back(q.offset, AlignUp(q.size));
+          Release(files_[static_cast<size_t>(q.file)], q.offset, AlignUp(q.size));
         if (t.budget_bytes) options_.budget->Release(Tier::kNvme, t.budget_bytes);
         return off.status();
       }
@@ -180,12 +186,33 @@ Status SwapSpace::Free(SwapId id) {
   auto it = tensors_.find(id);
   if (it == tensors_.end()) return NotFoundError("swap: unknown tensor " + std::to_string(id));
   for (const Part& p : it->second.parts) {
-    files_[static_cast<size_t>(p.file)].free.emplace_back(p.offset, AlignUp(p.size));
+    Release(files_[static_cast<size_t>(p.file)], p.offset, AlignUp(p.size));
     reserved_ -= AlignUp(p.size);
   }
   if (it->second.budget_bytes) options_.budget->Release(Tier::kNvme, it->second.budget_bytes);
   tensors_.erase(it);
   return Status::Ok();
+}
+
+// Returns [offset, offset+size) to the file's free list, merging neighbours; a free range that
+// reaches the end of the used area moves the end back, so the file does not keep growing under
+// a reserve/free churn of mixed sizes.
+void SwapSpace::Release(FileState& f, uint64_t offset, uint64_t size) {
+  f.free.emplace_back(offset, size);
+  std::sort(f.free.begin(), f.free.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : f.free) {
+    if (!merged.empty() && merged.back().first + merged.back().second == r.first) {
+      merged.back().second += r.second;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  if (!merged.empty() && merged.back().first + merged.back().second == f.end) {
+    f.end = merged.back().first;
+    merged.pop_back();
+  }
+  f.free = std::move(merged);
 }
 
 size_t SwapSpace::size_bytes(SwapId id) const {

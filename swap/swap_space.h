@@ -116,6 +116,7 @@ class SwapSpace {
   SwapSpace(const SwapSpaceOptions& options, AioHandle* aio) : options_(options), aio_(aio) {}
   Status OpenFiles();
   Result<uint64_t> Allocate(int file, uint64_t size);
+  static void Release(FileState& f, uint64_t offset, uint64_t size);
   Status VerifyRead(SwapId id, const uint8_t* buf) const;
 
   SwapSpaceOptions options_;

@@ -106,6 +106,24 @@ TEST_P(AioFaultTest, ResumesShortWritesAndEagain) {
   EXPECT_EQ(back, data);
 }
 
+TEST_P(AioFaultTest, FinishesAnUnalignedShortRemainderWithBufferedIo) {
+  const std::string path = dir_.File("ragged.bin");
+  auto data = WriteFile(path, (3 << 20) + 4096);
+  FaultPlan plan;
+  plan.short_unaligned_every = 1;
+  auto h = Make(plan);
+  std::vector<uint8_t> back(data.size());
+  auto n = h->Pread(path, back.data(), back.size(), 0);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(back, data);
+  // And writes: rewrite with new data through the same faults, read back clean.
+  auto fresh = ::strata::testing::RandomBytes(data.size(), ::strata::testing::TestSeed() + 1);
+  ASSERT_TRUE(h->Pwrite(path, fresh.data(), fresh.size(), 0).ok());
+  auto clean = Make({});
+  ASSERT_TRUE(clean->Pread(path, back.data(), back.size(), 0).ok());
+  EXPECT_EQ(back, fresh);
+}
+
 TEST_P(AioFaultTest, OneFailedRequestDoesNotDisturbOthersInFlight) {
   const std::string path = dir_.File("mixed.bin");
   auto data = WriteFile(path, 8 << 20);

@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <ostream>
+#include <unordered_map>
 
 #include "aio/io_engine.h"
 
@@ -23,6 +24,9 @@ struct FaultPlan {
   int enospc_every = 0;  // writes only
   int eagain_every = 0;
   int short_every = 0;  // transfers half (rounded down to 4 KiB, at least 4 KiB shorter)
+  // Like short_every, but reports 100 bytes fewer than were moved: the remainder is then not
+  // O_DIRECT-aligned and must be finished with buffered I/O.
+  int short_unaligned_every = 0;
   // Faults stop after this many were injected (-1: unlimited).
   int max_faults = -1;
   // Only reads are counted and faulted (writes pass untouched).
@@ -46,6 +50,7 @@ class FaultyEngine final : public IoEngineWrapper {
   int injected_ = 0;
   int target_inflight_ = 0;
   std::deque<IoCompletion> synthetic_;
+  std::unordered_map<uint64_t, int64_t> understate_;  // user_data -> bytes to hide
 };
 
 }  // namespace strata::testing

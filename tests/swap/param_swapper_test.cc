@@ -175,6 +175,12 @@ TEST_P(ParamSwapperTest, EnospcAtSwapOutIsReportedAndTheDataStaysInMemory) {
   auto d = sw->Data(7);
   ASSERT_TRUE(d.ok()) << "the buffer must be kept after a failed swap-out";
   EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
+  // Releasing again does not drop the only copy.
+  Status again = sw->Release({&id, 1});
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  d = sw->Data(7);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, ParamSwapperTest,

@@ -110,9 +110,37 @@ TEST_P(SwapSpaceTest, FilesAreRemovedOnDestructionAndStaleOnesDetected) {
   ASSERT_FALSE(stale.ok());
   EXPECT_NE(stale.status().message().find("stale swap file"), std::string::npos)
       << stale.status().ToString();
+  EXPECT_TRUE(std::filesystem::exists(files[0])) << "a refused stale file must be left alone";
+  EXPECT_FALSE(SwapSpace::Create(Options(true), aio_.get()).ok()) << "still stale";
   auto opts = Options(true);
   opts.reuse_stale = true;
-  EXPECT_TRUE(SwapSpace::Create(opts, aio_.get()).ok());
+  auto reused = SwapSpace::Create(opts, aio_.get());
+  ASSERT_TRUE(reused.ok()) << reused.status().ToString();
+  auto data = RandomBytes(5 << 20, TestSeed());
+  SwapId id = *(*reused)->Reserve(data.size());
+  ASSERT_TRUE((*reused)->Write(id, data.data()).Wait().ok());
+  std::vector<uint8_t> back(data.size());
+  ASSERT_TRUE((*reused)->Read(id, back.data()).Wait().ok());
+  EXPECT_EQ(back, data);
+}
+
+TEST_P(SwapSpaceTest, ReserveFreeChurnOfMixedSizesDoesNotGrowTheFile) {
+  auto space = std::move(SwapSpace::Create(Options(false), aio_.get())).value();
+  std::vector<SwapId> live;
+  uint64_t high = 0;
+  for (int round = 0; round < 50; ++round) {
+    for (size_t sz : {size_t{5000}, size_t{70000}, size_t{300000}}) {
+      live.push_back(*space->Reserve(sz * (1 + round % 3)));
+    }
+    while (live.size() > 6) {
+      ASSERT_TRUE(space->Free(live.front()).ok());
+      live.erase(live.begin());
+    }
+    if (round == 10) high = std::filesystem::file_size(space->files()[0]);
+  }
+  EXPECT_LE(std::filesystem::file_size(space->files()[0]), high + (8 << 20));
+  for (SwapId id : live) ASSERT_TRUE(space->Free(id).ok());
+  EXPECT_EQ(space->reserved_bytes(), 0u);
 }
 
 TEST_P(SwapSpaceTest, SecondUserOfTheSameFileIsRefused) {
