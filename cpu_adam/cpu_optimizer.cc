@@ -79,11 +79,11 @@ Status CheckTensors(OptimizerKind kind, const StepTensors& t) {
     return Status::Ok();
   };
   STRATA_RETURN_IF_ERROR(add("params", t.params, 4));
-  STRATA_RETURN_IF_ERROR(add("grads", t.grads, DTypeSizeBytes(t.grad_dtype)));
+  STRATA_RETURN_IF_ERROR(add("grads", t.grads, DTypeBytes(t.grad_dtype)));
   if (wants_m) STRATA_RETURN_IF_ERROR(add("exp_avg", t.exp_avg, 4));
   if (wants_v) STRATA_RETURN_IF_ERROR(add("exp_avg_sq", t.exp_avg_sq, 4));
   if (t.param_copy != nullptr) {
-    STRATA_RETURN_IF_ERROR(add("param_copy", t.param_copy, DTypeSizeBytes(t.param_copy_dtype)));
+    STRATA_RETURN_IF_ERROR(add("param_copy", t.param_copy, DTypeBytes(t.param_copy_dtype)));
   }
   for (int i = 0; i < n; ++i) {
     for (int j = i + 1; j < n; ++j) {

@@ -11,7 +11,7 @@
 // Each kernels_<isa>.cc is compiled with different -m flags. An inline function or template with
 // external linkage instantiated in two of them would be merged by the linker, and the copy it
 // keeps could contain AVX instructions that the scalar path then executes on a CPU without them.
-// So everything here (and in half_convert.h) lives in an anonymous namespace: each translation
+// So everything here (and in core/half.h) lives in an anonymous namespace: each translation
 // unit keeps its own copy. Kernel files also avoid out-of-line std:: templates for this reason.
 #pragma once
 

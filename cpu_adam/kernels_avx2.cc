@@ -27,7 +27,7 @@ struct Avx2Ops {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  // Round to nearest even on the bit pattern; NaN becomes a quiet NaN (as ScalarFloatToBf16).
+  // Round to nearest even on the bit pattern; NaN becomes a quiet NaN (as FloatToBf16).
   // Returns the bf16 bits in the low half of each 32-bit lane.
   static __m256i Bf16Bits(V v) {
     const __m256i u = _mm256_castps_si256(v);

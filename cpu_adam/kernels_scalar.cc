@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "cpu_adam/half_convert.h"
+#include "core/half.h"
 #include "cpu_adam/kernel_impl.h"
 
 namespace strata::internal {
@@ -19,10 +19,10 @@ struct ScalarOps {
   static V Set1(float x) { return x; }
   static V Load(const float* p) { return *p; }
   static void Store(float* p, V v) { *p = v; }
-  static V LoadF16(const uint16_t* p) { return ScalarHalfToFloat(*p); }
-  static V LoadBf16(const uint16_t* p) { return ScalarBf16ToFloat(*p); }
-  static void StoreF16(uint16_t* p, V v) { *p = ScalarFloatToHalf(v); }
-  static void StoreBf16(uint16_t* p, V v) { *p = ScalarFloatToBf16(v); }
+  static V LoadF16(const uint16_t* p) { return Fp16ToFloat(*p); }
+  static V LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
+  static void StoreF16(uint16_t* p, V v) { *p = FloatToFp16(v); }
+  static void StoreBf16(uint16_t* p, V v) { *p = FloatToBf16(v); }
   static V Add(V a, V b) { return a + b; }
   static V Mul(V a, V b) { return a * b; }
   static V Div(V a, V b) { return a / b; }

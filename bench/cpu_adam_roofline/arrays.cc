@@ -45,7 +45,7 @@ void Arrays::Fill(size_t n, bool with_half) {
       G()[i] = (0.5f - r) * 1e-2f;
       M()[i] = 0;
       V()[i] = 1e-4f;
-      if (with_half) G16()[i] = FloatToBFloat16(G()[i]);
+      if (with_half) G16()[i] = FloatToBf16(G()[i]);
     }
   });
 }

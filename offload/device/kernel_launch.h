@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "offload/device/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 
@@ -27,11 +27,11 @@ struct KernelLaunch {
   KernelOp op = KernelOp::kFill;
   size_t numel = 0;
   void* dst = nullptr;
-  DType dst_dtype = DType::kF32;
+  DType dst_dtype = DType::kFloat32;
   const void* src = nullptr;
-  DType src_dtype = DType::kF32;
+  DType src_dtype = DType::kFloat32;
   const void* src2 = nullptr;
-  DType src2_dtype = DType::kF32;
+  DType src2_dtype = DType::kFloat32;
   float alpha = 1.0f;         // kScale, kAdd
   float value = 0.0f;         // kFill
   uint32_t* flag = nullptr;   // kCheckFinite: device memory

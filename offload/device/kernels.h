@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "offload/device/dtype.h"
+#include "core/dtype.h"
 #include "offload/device/kernel_launch.h"
 #include "offload/device/stream.h"
 

@@ -187,7 +187,7 @@ TEST(CpuAdamOptimizerTest, TileCallbackSeesEveryFinishedTileOnce) {
   StepOptions so;
   so.on_tile_done = [&](size_t begin, size_t end) {
     bool ok = true;
-    for (size_t i = begin; i < end; ++i) ok &= prob.copy[i] == FloatToHalf(prob.params[i]);
+    for (size_t i = begin; i < end; ++i) ok &= prob.copy[i] == FloatToFp16(prob.params[i]);
     std::lock_guard<std::mutex> lock(mu);
     ranges.emplace_back(begin, end);
     copies_final &= ok;

@@ -24,36 +24,36 @@ TEST(CpuAdamDTypeTest, NamesRoundTrip) {
   }
   EXPECT_EQ(ParseDType("bfloat16"), DType::kBFloat16);
   EXPECT_FALSE(ParseDType("fp8").has_value());
-  EXPECT_EQ(DTypeSizeBytes(DType::kFloat32), 4u);
-  EXPECT_EQ(DTypeSizeBytes(DType::kBFloat16), 2u);
+  EXPECT_EQ(DTypeBytes(DType::kFloat32), 4u);
+  EXPECT_EQ(DTypeBytes(DType::kBFloat16), 2u);
 }
 
 TEST(CpuAdamDTypeTest, HalfKnownValues) {
-  EXPECT_EQ(HalfToFloat(0x3C00), 1.0f);
-  EXPECT_EQ(HalfToFloat(0x7BFF), 65504.0f);
-  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
-  EXPECT_EQ(HalfToFloat(0x0400), std::ldexp(1.0f, -14));  // smallest normal
-  EXPECT_TRUE(std::isinf(HalfToFloat(0xFC00)) && HalfToFloat(0xFC00) < 0);
-  EXPECT_TRUE(std::isnan(HalfToFloat(0x7E00)));
-  EXPECT_EQ(FloatToHalf(65519.0f), 0x7BFF);
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);  // halfway to 65536 rounds to even: infinity
-  EXPECT_EQ(FloatToHalf(1e9f), 0x7C00);
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (zero)
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.5f, -25)), 0x0001);  // above the tie
-  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // tie 1.5 ulp -> even 2
-  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::quiet_NaN()) & 0x7E00, 0x7E00);
+  EXPECT_EQ(Fp16ToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(0x7BFF), 65504.0f);
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(Fp16ToFloat(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_TRUE(std::isinf(Fp16ToFloat(0xFC00)) && Fp16ToFloat(0xFC00) < 0);
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7E00)));
+  EXPECT_EQ(FloatToFp16(65519.0f), 0x7BFF);
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7C00);  // halfway to 65536 rounds to even: infinity
+  EXPECT_EQ(FloatToFp16(1e9f), 0x7C00);
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (zero)
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 0x0001);  // above the tie
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);  // tie 1.5 ulp -> even 2
+  EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToFp16(std::numeric_limits<float>::quiet_NaN()) & 0x7E00, 0x7E00);
 }
 
 TEST(CpuAdamDTypeTest, BFloat16KnownValues) {
-  EXPECT_EQ(BFloat16ToFloat(0x3F80), 1.0f);
-  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3F80);
-  EXPECT_EQ(FloatToBFloat16(FromBits(0x3F808000)), 0x3F80);  // tie, even stays
-  EXPECT_EQ(FloatToBFloat16(FromBits(0x3F818000)), 0x3F82);  // tie, odd rounds up
-  EXPECT_EQ(FloatToBFloat16(FromBits(0x3F808001)), 0x3F81);
-  EXPECT_EQ(FloatToBFloat16(FromBits(0x7F7FFFFF)), 0x7F80);    // max float rounds to inf
-  const uint16_t nan = FloatToBFloat16(FromBits(0x7F800001));  // signalling NaN, tiny payload
-  EXPECT_TRUE(std::isnan(BFloat16ToFloat(nan))) << std::hex << nan;
+  EXPECT_EQ(Bf16ToFloat(0x3F80), 1.0f);
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F808000)), 0x3F80);  // tie, even stays
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F818000)), 0x3F82);  // tie, odd rounds up
+  EXPECT_EQ(FloatToBf16(FromBits(0x3F808001)), 0x3F81);
+  EXPECT_EQ(FloatToBf16(FromBits(0x7F7FFFFF)), 0x7F80);    // max float rounds to inf
+  const uint16_t nan = FloatToBf16(FromBits(0x7F800001));  // signalling NaN, tiny payload
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(nan))) << std::hex << nan;
 }
 
 // For every finite 16-bit value x: widening then narrowing returns x, and the float midpoint
@@ -86,11 +86,11 @@ void CheckExhaustive(ToFloat to_float, FromFloat from_float, uint16_t inf_bits) 
 }
 
 TEST(CpuAdamDTypeTest, HalfExhaustiveRoundTripAndRounding) {
-  CheckExhaustive(HalfToFloat, FloatToHalf, 0x7C00);
+  CheckExhaustive(Fp16ToFloat, FloatToFp16, 0x7C00);
 }
 
 TEST(CpuAdamDTypeTest, BFloat16ExhaustiveRoundTripAndRounding) {
-  CheckExhaustive(BFloat16ToFloat, FloatToBFloat16, 0x7F80);
+  CheckExhaustive(Bf16ToFloat, FloatToBf16, 0x7F80);
 }
 
 }  // namespace

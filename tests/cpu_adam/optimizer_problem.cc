@@ -12,7 +12,7 @@ namespace {
 constexpr double kFloatEps = 1.0 / (1 << 24);  // unit roundoff of fp32
 
 uint16_t Narrow(DType dtype, float f) {
-  return dtype == DType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+  return dtype == DType::kFloat16 ? FloatToFp16(f) : FloatToBf16(f);
 }
 
 }  // namespace
@@ -80,10 +80,10 @@ std::vector<double> OptimizerProblem::GradsAsDouble() const {
         g[i] = grads_f32[i];
         break;
       case DType::kFloat16:
-        g[i] = HalfToFloat(grads_16[i]);
+        g[i] = Fp16ToFloat(grads_16[i]);
         break;
       case DType::kBFloat16:
-        g[i] = BFloat16ToFloat(grads_16[i]);
+        g[i] = Bf16ToFloat(grads_16[i]);
         break;
     }
   }
@@ -164,8 +164,8 @@ std::string CompareStep(const DoubleState& before, const std::vector<double>& gr
       fail("params", i, p, ref.params[i], tol * p_mag);
     }
     if (after.with_copy) {
-      const uint16_t want = after.copy_dtype == DType::kFloat16 ? FloatToHalf(after.params[i])
-                                                                : FloatToBFloat16(after.params[i]);
+      const uint16_t want = after.copy_dtype == DType::kFloat16 ? FloatToFp16(after.params[i])
+                                                                : FloatToBf16(after.params[i]);
       if (after.copy[i] != want) {
         fail("param_copy", i, after.copy[i], want, 0);
       }

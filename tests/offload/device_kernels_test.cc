@@ -27,7 +27,7 @@ using testing::RefRoundTo;
 using testing::UnitRoundoff;
 using testing::ValueAt;
 
-constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 // Sizes: single element, a partial vector, one vector, a few blocks with a tail.
 constexpr size_t kSizes[] = {1, 7, 8, 1000, (size_t{1} << 17) + 13};
 
@@ -88,9 +88,9 @@ TEST_P(DeviceKernelsTest, CastHandlesNanInfOverflowAndSubnormals) {
   const size_t n = std::size(specials);
   std::vector<float> host(specials, specials + n);
   float* dsrc = Upload(host);
-  for (DType d : {DType::kF16, DType::kBF16}) {
+  for (DType d : {DType::kFloat16, DType::kBFloat16}) {
     void* ddst = Alloc(n * 2);
-    ASSERT_TRUE(LaunchCast(stream_, dsrc, DType::kF32, ddst, d, n).ok());
+    ASSERT_TRUE(LaunchCast(stream_, dsrc, DType::kFloat32, ddst, d, n).ok());
     auto out = DownloadBytes(ddst, n * 2);
     for (size_t i = 0; i < n; ++i) {
       const double got = ValueAt(d, out, i);
@@ -119,7 +119,7 @@ TEST_P(DeviceKernelsTest, ScaleMatchesReference) {
         for (size_t i = 0; i < n; ++i) {
           const double ref = static_cast<double>(alpha) * ValueAt(t, src, i);
           const double tol =
-              (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kF32)) * std::fabs(ref) + AbsoluteFloor(t);
+              (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kFloat32)) * std::fabs(ref) + AbsoluteFloor(t);
           ASSERT_NEAR(ref, ValueAt(t, out, i), tol) << DTypeName(t) << " alpha " << alpha;
         }
       }
@@ -144,7 +144,7 @@ TEST_P(DeviceKernelsTest, AddMatchesReferenceWithMixedTypes) {
           EXPECT_EQ(out, DownloadBytes(da, n * DTypeBytes(t)));
           for (size_t i = 0; i < n; ++i) {
             const double av = ValueAt(t, a, i), bv = alpha * ValueAt(bt, b, i);
-            const double tol = (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kF32)) *
+            const double tol = (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kFloat32)) *
                                    (std::fabs(av) + std::fabs(bv)) +
                                AbsoluteFloor(t);
             ASSERT_NEAR(av + bv, ValueAt(t, out, i), tol)
@@ -222,16 +222,16 @@ TEST_P(DeviceKernelsTest, L2NormPartialsMatchReference) {
 
 TEST_P(DeviceKernelsTest, RejectsBadArgumentsAtLaunch) {
   void* d = Alloc(64);
-  EXPECT_EQ(StatusCode::kInvalidArgument, LaunchFill(stream_, nullptr, DType::kF32, 0, 4).code());
+  EXPECT_EQ(StatusCode::kInvalidArgument, LaunchFill(stream_, nullptr, DType::kFloat32, 0, 4).code());
   EXPECT_EQ(StatusCode::kInvalidArgument,
-            LaunchFill(stream_, static_cast<char*>(d) + 1, DType::kF32, 0, 4).code());
+            LaunchFill(stream_, static_cast<char*>(d) + 1, DType::kFloat32, 0, 4).code());
   EXPECT_EQ(StatusCode::kInvalidArgument,
-            LaunchL2NormPartials(stream_, d, DType::kF32, 4, static_cast<float*>(d), 0).code());
-  EXPECT_TRUE(LaunchFill(stream_, nullptr, DType::kF32, 0, 0).ok());  // numel 0: no-op
+            LaunchL2NormPartials(stream_, d, DType::kFloat32, 4, static_cast<float*>(d), 0).code());
+  EXPECT_TRUE(LaunchFill(stream_, nullptr, DType::kFloat32, 0, 0).ok());  // numel 0: no-op
   if (device_->kind() == DeviceKind::kHost) {
     std::vector<float> host(4);  // host memory is not device memory
     EXPECT_EQ(StatusCode::kInvalidArgument,
-              LaunchFill(stream_, host.data(), DType::kF32, 0, 4).code());
+              LaunchFill(stream_, host.data(), DType::kFloat32, 0, 4).code());
   }
   EXPECT_TRUE(stream_.Synchronize().ok());
 }

@@ -1,5 +1,5 @@
-// Scalar fp16/bf16 conversions (offload/device/half.h) against the independent reference.
-#include "offload/device/half.h"
+// Scalar fp16/bf16 conversions (core/half.h) against the independent reference.
+#include "core/half.h"
 
 #include <gtest/gtest.h>
 
@@ -63,8 +63,8 @@ TEST(HalfTest, EncodesRandomFloatsLikeTheReference) {
   for (int i = 0; i < 2000000; ++i) {
     const uint32_t bits = static_cast<uint32_t>(rng());
     const float f = std::bit_cast<float>(bits);
-    ExpectSameValue(RefRoundTo(DType::kF16, f), Fp16ToFloat(FloatToFp16(f)), "f32->fp16", bits);
-    ExpectSameValue(RefRoundTo(DType::kBF16, f), Bf16ToFloat(FloatToBf16(f)), "f32->bf16", bits);
+    ExpectSameValue(RefRoundTo(DType::kFloat16, f), Fp16ToFloat(FloatToFp16(f)), "f32->fp16", bits);
+    ExpectSameValue(RefRoundTo(DType::kBFloat16, f), Bf16ToFloat(FloatToBf16(f)), "f32->bf16", bits);
     if (::testing::Test::HasFailure()) break;
   }
 }

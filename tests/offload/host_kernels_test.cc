@@ -15,7 +15,7 @@ namespace {
 using internal::HostKernelIsa;
 using internal::RunHostKernel;
 
-constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 class HostKernelsTest : public ::testing::Test {
  protected:

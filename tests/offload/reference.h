@@ -1,5 +1,5 @@
 // Test oracles for the device layer: fp16/bf16 rounding written independently of
-// offload/device/half.h (frexp/ldexp + nearbyint, i.e. the FPU's round-half-even in double),
+// core/half.h (frexp/ldexp + nearbyint, i.e. the FPU's round-half-even in double),
 // and ulp/tolerance helpers. Plain and slow on purpose.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "offload/device/dtype.h"
+#include "core/dtype.h"
 
 namespace strata::testing {
 
@@ -50,11 +50,11 @@ inline double RefRound(double v, int mant_bits, int emin, int emax) {
 
 inline double RefRoundTo(DType t, double v) {
   switch (t) {
-    case DType::kF32:
+    case DType::kFloat32:
       return RefRound(v, 23, -126, 127);
-    case DType::kF16:
+    case DType::kFloat16:
       return RefRound(v, 10, -14, 15);
-    case DType::kBF16:
+    case DType::kBFloat16:
       return RefRound(v, 7, -126, 127);
   }
   return v;
@@ -62,14 +62,14 @@ inline double RefRoundTo(DType t, double v) {
 
 // Unit roundoff (half an ulp at 1.0) of a type.
 inline double UnitRoundoff(DType t) {
-  return t == DType::kF32   ? std::ldexp(1.0, -24)
-         : t == DType::kF16 ? std::ldexp(1.0, -11)
+  return t == DType::kFloat32   ? std::ldexp(1.0, -24)
+         : t == DType::kFloat16 ? std::ldexp(1.0, -11)
                             : std::ldexp(1.0, -8);
 }
 // Half the smallest subnormal spacing: the absolute error floor of rounding to `t`.
 inline double AbsoluteFloor(DType t) {
-  return t == DType::kF32   ? std::ldexp(1.0, -150)
-         : t == DType::kF16 ? std::ldexp(1.0, -25)
+  return t == DType::kFloat32   ? std::ldexp(1.0, -150)
+         : t == DType::kFloat16 ? std::ldexp(1.0, -25)
                             : std::ldexp(1.0, -134);
 }
 

@@ -7,28 +7,28 @@
 #include <random>
 #include <vector>
 
-#include "offload/device/dtype.h"
-#include "offload/device/half.h"
+#include "core/dtype.h"
+#include "core/half.h"
 
 namespace strata::testing {
 
 inline double ValueAt(DType t, const std::vector<uint8_t>& buf, size_t i) {
-  if (t == DType::kF32) {
+  if (t == DType::kFloat32) {
     float f;
     std::memcpy(&f, buf.data() + 4 * i, 4);
     return f;
   }
   uint16_t h;
   std::memcpy(&h, buf.data() + 2 * i, 2);
-  return t == DType::kF16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
+  return t == DType::kFloat16 ? Fp16ToFloat(h) : Bf16ToFloat(h);
 }
 
 inline void SetValue(DType t, std::vector<uint8_t>& buf, size_t i, float v) {
-  if (t == DType::kF32) {
+  if (t == DType::kFloat32) {
     std::memcpy(buf.data() + 4 * i, &v, 4);
     return;
   }
-  const uint16_t h = t == DType::kF16 ? FloatToFp16(v) : FloatToBf16(v);
+  const uint16_t h = t == DType::kFloat16 ? FloatToFp16(v) : FloatToBf16(v);
   std::memcpy(buf.data() + 2 * i, &h, 2);
 }
 

@@ -1,6 +1,8 @@
 // N Adam steps with fp32 master/m/v on NVMe must equal, bit for bit, the same steps in memory.
 #include "swap/optimizer_swapper.h"
 
+#include "core/half.h"
+
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -43,12 +45,7 @@ std::vector<float> RandomFloats(size_t n, std::mt19937_64& rng, float scale) {
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint32_t b;
-    std::memcpy(&b, &v[i], 4);
-    b += 0x7FFF + ((b >> 16) & 1);  // round to nearest even (inputs are finite)
-    out[i] = static_cast<uint16_t>(b >> 16);
-  }
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
   return out;
 }
 

@@ -23,19 +23,19 @@ struct Tag {
 template <DType T>
 struct Elem;
 template <>
-struct Elem<DType::kF32> {
+struct Elem<DType::kFloat32> {
   using type = float;
   __device__ static float Load(const float* p, size_t i) { return p[i]; }
   __device__ static void Store(float* p, size_t i, float v) { p[i] = v; }
 };
 template <>
-struct Elem<DType::kF16> {
+struct Elem<DType::kFloat16> {
   using type = __half;
   __device__ static float Load(const __half* p, size_t i) { return __half2float(p[i]); }
   __device__ static void Store(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 };
 template <>
-struct Elem<DType::kBF16> {
+struct Elem<DType::kBFloat16> {
   using type = __nv_bfloat16;
   __device__ static float Load(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
   __device__ static void Store(__nv_bfloat16* p, size_t i, float v) {
@@ -120,14 +120,14 @@ unsigned Blocks(size_t n) {
 template <typename F>
 void With(DType t, F&& f) {
   switch (t) {
-    case DType::kF32:
-      f(Tag<DType::kF32>{});
+    case DType::kFloat32:
+      f(Tag<DType::kFloat32>{});
       break;
-    case DType::kF16:
-      f(Tag<DType::kF16>{});
+    case DType::kFloat16:
+      f(Tag<DType::kFloat16>{});
       break;
-    case DType::kBF16:
-      f(Tag<DType::kBF16>{});
+    case DType::kBFloat16:
+      f(Tag<DType::kBFloat16>{});
       break;
   }
 }

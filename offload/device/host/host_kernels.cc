@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "offload/device/half.h"
+#include "core/half.h"
 
 namespace strata::internal {
 namespace {
@@ -34,23 +34,23 @@ using DT = std::integral_constant<DType, T>;
 template <typename F>
 void With(DType t, F&& f) {
   switch (t) {
-    case DType::kF32:
-      f(DT<DType::kF32>{});
+    case DType::kFloat32:
+      f(DT<DType::kFloat32>{});
       break;
-    case DType::kF16:
-      f(DT<DType::kF16>{});
+    case DType::kFloat16:
+      f(DT<DType::kFloat16>{});
       break;
-    case DType::kBF16:
-      f(DT<DType::kBF16>{});
+    case DType::kBFloat16:
+      f(DT<DType::kBFloat16>{});
       break;
   }
 }
 
 template <DType T>
 float Load(const void* p, size_t i) {
-  if constexpr (T == DType::kF32) {
+  if constexpr (T == DType::kFloat32) {
     return static_cast<const float*>(p)[i];
-  } else if constexpr (T == DType::kF16) {
+  } else if constexpr (T == DType::kFloat16) {
     return Fp16ToFloat(static_cast<const uint16_t*>(p)[i]);
   } else {
     return Bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
@@ -59,9 +59,9 @@ float Load(const void* p, size_t i) {
 
 template <DType T>
 void Store(void* p, size_t i, float v) {
-  if constexpr (T == DType::kF32) {
+  if constexpr (T == DType::kFloat32) {
     static_cast<float*>(p)[i] = v;
-  } else if constexpr (T == DType::kF16) {
+  } else if constexpr (T == DType::kFloat16) {
     static_cast<uint16_t*>(p)[i] = FloatToFp16(v);
   } else {
     static_cast<uint16_t*>(p)[i] = FloatToBf16(v);

@@ -18,38 +18,38 @@ struct Tag {};
 template <typename F>
 void With(DType t, F&& f) {
   switch (t) {
-    case DType::kF32:
-      f(Tag<DType::kF32>{});
+    case DType::kFloat32:
+      f(Tag<DType::kFloat32>{});
       break;
-    case DType::kF16:
-      f(Tag<DType::kF16>{});
+    case DType::kFloat16:
+      f(Tag<DType::kFloat16>{});
       break;
-    case DType::kBF16:
-      f(Tag<DType::kBF16>{});
+    case DType::kBFloat16:
+      f(Tag<DType::kBFloat16>{});
       break;
   }
 }
 
-inline __m256 Load8(Tag<DType::kF32>, const void* p, size_t i) {
+inline __m256 Load8(Tag<DType::kFloat32>, const void* p, size_t i) {
   return _mm256_loadu_ps(static_cast<const float*>(p) + i);
 }
-inline __m256 Load8(Tag<DType::kF16>, const void* p, size_t i) {
+inline __m256 Load8(Tag<DType::kFloat16>, const void* p, size_t i) {
   const auto* q = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i);
   return _mm256_cvtph_ps(_mm_loadu_si128(q));
 }
-inline __m256 Load8(Tag<DType::kBF16>, const void* p, size_t i) {
+inline __m256 Load8(Tag<DType::kBFloat16>, const void* p, size_t i) {
   const auto* q = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16));
 }
 
-inline void Store8(Tag<DType::kF32>, void* p, size_t i, __m256 v) {
+inline void Store8(Tag<DType::kFloat32>, void* p, size_t i, __m256 v) {
   _mm256_storeu_ps(static_cast<float*>(p) + i, v);
 }
-inline void Store8(Tag<DType::kF16>, void* p, size_t i, __m256 v) {
+inline void Store8(Tag<DType::kFloat16>, void* p, size_t i, __m256 v) {
   auto* q = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p) + i);
   _mm_storeu_si128(q, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline void Store8(Tag<DType::kBF16>, void* p, size_t i, __m256 v) {
+inline void Store8(Tag<DType::kBFloat16>, void* p, size_t i, __m256 v) {
   // Round to nearest even on the upper 16 bits; NaN is made quiet instead of rounded.
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));

@@ -1,16 +1,21 @@
-// Internal: scalar fp16/bf16 <-> fp32 conversions as header-only functions with internal
-// linkage.
+// Scalar fp32 <-> fp16 / bf16 conversions, round to nearest even, integer-only (independent of
+// the floating-point environment: no FTZ/DAZ or rounding-mode surprises). Semantics, the same as
+// x86 F16C and CUDA's __float2half_rn / __float2bfloat16_rn:
+//   - finite values round to nearest, ties to even; past the largest finite value they become
+//     +-Inf; +-Inf stays +-Inf; NaN stays a (quiet) NaN with its sign and top payload bits;
+//   - fp16 subnormals are produced and read exactly (no flush to zero).
 //
-// See Note [Kernels and the one-definition rule] in kernel_impl.h: every per-ISA translation unit
-// gets its own copy compiled with its own flags, so an AVX2-compiled copy can never be picked by
-// the linker for the scalar path. Library code outside the kernels uses dtype.h instead.
+// Note [Internal linkage on purpose]: SIMD kernels are compiled per ISA (-mavx2, -mavx512f) and
+// use these for their tails. With ordinary inline functions the linker could keep an
+// AVX-compiled copy for everyone, and the scalar path would execute AVX on a CPU without it.
+// The anonymous namespace gives every translation unit its own copy, built with its own flags.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-namespace strata::internal {
-namespace {  // NOLINT(build/namespaces): internal linkage on purpose, see above.
+namespace strata {
+namespace {  // NOLINT(build/namespaces): see Note [Internal linkage on purpose].
 
 inline uint32_t FloatBits(float f) {
   uint32_t u;
@@ -24,16 +29,16 @@ inline float BitsToFloat(uint32_t u) {
   return f;
 }
 
-inline float ScalarBf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t ScalarFloatToBf16(float f) {
+inline uint16_t FloatToBf16(float f) {
   uint32_t u = FloatBits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
   u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float ScalarHalfToFloat(uint16_t h) {
+inline float Fp16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -49,7 +54,7 @@ inline float ScalarHalfToFloat(uint16_t h) {
   return BitsToFloat(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FFu) << 13));
 }
 
-inline uint16_t ScalarFloatToHalf(float f) {
+inline uint16_t FloatToFp16(float f) {
   const uint32_t u = FloatBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7FFFFFFFu;
@@ -74,4 +79,4 @@ inline uint16_t ScalarFloatToHalf(float f) {
 }
 
 }  // namespace
-}  // namespace strata::internal
+}  // namespace strata
