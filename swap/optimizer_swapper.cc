@@ -41,7 +41,10 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optimiz
   return s;
 }
 
-OptimizerSwapper::~OptimizerSwapper() { buffers_.clear(); }
+OptimizerSwapper::~OptimizerSwapper() {
+  buffers_.clear();  // leases go back before their pools
+  grad_buffers_.clear();
+}
 
 Result<int> OptimizerSwapper::AddSubGroup(size_t numel, int group) {
   if (numel == 0) return InvalidArgumentError("optimizer swapper: empty sub-group");
@@ -77,18 +80,23 @@ Status OptimizerSwapper::EnsureBuffers() {
   if (max_numel <= buffer_numel_ && buffers_.size() == options_.buffer_count) return Status::Ok();
   buffers_.clear();
   grad_buffers_.clear();
-  AlignedBufferOptions bo;
-  bo.lock = options_.pin_memory;
-  for (size_t i = 0; i < options_.buffer_count; ++i) {
-    auto b = AlignedBuffer::Allocate(3 * PartBytes(max_numel), bo);
-    if (!b.ok())
-      return b.status().WithContext("offload_optimizer swap buffer " + std::to_string(i));
-    buffers_.push_back(std::move(b).value());
-    if (options_.swap_grads) {
-      auto g = AlignedBuffer::Allocate(PartBytes(max_numel), bo);
-      if (!g.ok()) return g.status().WithContext("offload_optimizer gradient buffer");
-      grad_buffers_.push_back(std::move(g).value());
-    }
+  pool_.reset();
+  grad_pool_.reset();
+  PinnedPoolOptions po;
+  po.buffer_bytes = 3 * PartBytes(max_numel);
+  po.buffer_count = options_.buffer_count;
+  po.lock = options_.pin_memory;
+  po.device = options_.device;
+  po.budget = options_.budget;
+  po.name = "offload_optimizer swap buffers";
+  STRATA_ASSIGN_OR_RETURN(pool_, PinnedPool::Create(po));
+  for (size_t i = 0; i < options_.buffer_count; ++i) buffers_.push_back(pool_->Acquire());
+  if (options_.swap_grads) {
+    po.buffer_bytes = PartBytes(max_numel);
+    po.name = "offload_optimizer gradient buffers";
+    STRATA_ASSIGN_OR_RETURN(grad_pool_, PinnedPool::Create(po));
+    for (size_t i = 0; i < options_.buffer_count; ++i)
+      grad_buffers_.push_back(grad_pool_->Acquire());
   }
   buffer_numel_ = max_numel;
   return Status::Ok();

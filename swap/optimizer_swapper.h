@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
 #include "cpu_adam/cpu_optimizer.h"
+#include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 #include "swap/swap_space.h"
 
@@ -41,8 +41,10 @@ struct OptimizerSwapperOptions {
   // the caller writes it with WriteGrads() as backward produces it, and Step() reads it with the
   // state (a SubGroupIo with grads == nullptr means "use the swapped gradients").
   bool swap_grads = false;
-  // Optional: the swap file is charged to Tier::kNvme.
+  // Optional: buffers charged to Tier::kCpu and the swap file to Tier::kNvme; buffers registered
+  // with `device` for DMA when it can (else mlocked).
   TierBudget* budget = nullptr;
+  Device* device = nullptr;
 };
 
 // What the step needs from the caller for one sub-group.
@@ -131,9 +133,12 @@ class OptimizerSwapper {
   const CpuOptimizer* optimizer_;
   std::unique_ptr<SwapSpace> space_;
   std::vector<SubGroup> groups_;
-  std::vector<AlignedBuffer> buffers_;
-  std::vector<AlignedBuffer> grad_buffers_;  // swap_grads only, one per buffer
-  std::vector<SwapFuture> grad_writes_;      // swap_grads only: last WriteGrads per sub-group
+  // Pinned buffers, leased from their pools for the swapper's life (sized for the largest
+  // sub-group; re-made when a larger one is added).
+  std::unique_ptr<PinnedPool> pool_, grad_pool_;
+  std::vector<PinnedBuffer> buffers_;
+  std::vector<PinnedBuffer> grad_buffers_;  // swap_grads only, one per buffer
+  std::vector<SwapFuture> grad_writes_;     // swap_grads only: last WriteGrads per sub-group
   size_t buffer_numel_ = 0;
   int64_t step_ = 0;
   OptimizerStepStats last_;
