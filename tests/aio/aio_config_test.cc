@@ -1,5 +1,8 @@
 #include "aio/aio_config.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 namespace strata {
@@ -55,6 +58,25 @@ TEST(AioConfigTest, ReadsStrataEngineKeys) {
   Status s = ApplyStrataAioKeys(nlohmann::json::parse(R"({"aio_engine": "spdk"})"), &o);
   EXPECT_NE(s.message().find("strata.aio_engine"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("io_uring, libaio, auto"), std::string::npos) << s.message();
+}
+
+TEST(AioConfigTest, ExampleConfigsHaveValidAioSections) {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(STRATA_SOURCE_DIR "/configs")) {
+    if (e.path().extension() != ".json") continue;
+    ++files;
+    std::ifstream in(e.path());
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << e.path();
+    AioOptions o;
+    if (j.contains("aio")) {
+      EXPECT_TRUE(ApplyAioSection(j["aio"], &o).ok()) << e.path();
+    }
+    if (j.contains("strata")) {
+      EXPECT_TRUE(ApplyStrataAioKeys(j["strata"], &o).ok()) << e.path();
+    }
+  }
+  EXPECT_GT(files, 0);
 }
 
 }  // namespace
