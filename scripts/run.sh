@@ -7,4 +7,5 @@ scripts/install_deps.sh
 scripts/build.sh build
 scratch=${1:-build/aio-scratch}
 mkdir -p "$scratch"
-exec build/tools/aio_bench/aio_bench --path "$scratch" --sweep quick --emit-config
+exec build/tools/aio_bench/aio_bench --path "$scratch" --sweep quick --emit-config \
+  --json-out build/aio_bench.json
