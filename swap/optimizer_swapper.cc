@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/units.h"
 
@@ -163,6 +164,13 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
   const int n = num_sub_groups();
   const int nb = static_cast<int>(buffers_.size());
   int lookahead = options_.pipeline_read ? std::max(0, nb - 2) : 0;
+  const bool pipelined = options_.pipeline_read || options_.pipeline_write;
+  if (pipelined && update_arena_ == nullptr && options_.update_threads >= 0) {
+    int threads = options_.update_threads;
+    if (threads == 0)
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    update_arena_ = std::make_unique<tbb::task_arena>(threads);
+  }
   struct Slot {
     SwapFuture read, grad_read, write;
     bool reading = false, writing = false;
@@ -243,7 +251,12 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
       break;
     }
     t = Clock::now();
-    Status u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts);
+    Status u;
+    if (pipelined && update_arena_ != nullptr) {
+      update_arena_->execute([&] { u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts); });
+    } else {
+      u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts);
+    }
     last_.update_ms += Ms(t, Clock::now());
     if (!u.ok()) {
       error = u.WithContext("update sub-group " + std::to_string(i));

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <oneapi/tbb/task_arena.h>
+
 #include "aio/aio_handle.h"
 #include "cpu_adam/cpu_optimizer.h"
 #include "offload/pinned_pool.h"
@@ -41,6 +43,10 @@ struct OptimizerSwapperOptions {
   // the caller writes it with WriteGrads() as backward produces it, and Step() reads it with the
   // state (a SubGroupIo with grads == nullptr means "use the swapped gradients").
   bool swap_grads = false;
+  // Threads for the update while the step is pipelined: it runs concurrently with the aio
+  // threads, which need a core to keep the disk busy. 0 = all cores but one (at least 1);
+  // -1 = the optimizer's own setting. The serial schedule always uses the optimizer's setting.
+  int update_threads = 0;
   // Optional: buffers charged to Tier::kCpu and the swap file to Tier::kNvme; buffers registered
   // with `device` for DMA when it can (else mlocked).
   TierBudget* budget = nullptr;
@@ -137,8 +143,9 @@ class OptimizerSwapper {
   // sub-group; re-made when a larger one is added).
   std::unique_ptr<PinnedPool> pool_, grad_pool_;
   std::vector<PinnedBuffer> buffers_;
-  std::vector<PinnedBuffer> grad_buffers_;  // swap_grads only, one per buffer
-  std::vector<SwapFuture> grad_writes_;     // swap_grads only: last WriteGrads per sub-group
+  std::vector<PinnedBuffer> grad_buffers_;         // swap_grads only, one per buffer
+  std::unique_ptr<tbb::task_arena> update_arena_;  // pipelined updates (see update_threads)
+  std::vector<SwapFuture> grad_writes_;            // swap_grads only: last WriteGrads per sub-group
   size_t buffer_numel_ = 0;
   int64_t step_ = 0;
   OptimizerStepStats last_;

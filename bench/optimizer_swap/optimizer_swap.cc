@@ -37,6 +37,7 @@ struct Args {
   size_t block = 4 << 20;
   int queue_depth = 16;
   int buffers = 4;
+  int update_threads = 0;
   bool json = false;
 };
 
@@ -85,6 +86,7 @@ Result<std::unique_ptr<OptimizerSwapper>> MakeSwapper(Bench& b, uint64_t element
   o.pipeline_read = o.pipeline_write = pipelined;
   o.buffer_count = static_cast<size_t>(b.a.buffers);
   o.checksums = checksums;
+  o.update_threads = b.a.update_threads;
   STRATA_ASSIGN_OR_RETURN(auto sw, OptimizerSwapper::Create(o, b.aio.get(), &b.opt));
   for (uint64_t done = 0; done < elements; done += b.a.sub_group) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(b.a.sub_group, elements - done));
@@ -259,6 +261,9 @@ int Run(const Args& args) {
       {"pipelined_runs_ms", pipe},
       {"serial_runs_ms", serial},
       {"pipelined_over_bound", pipe_ms / bound_ms},
+      {"own_io_ms", own_io_ms},
+      {"pipelined_over_own_bound", pipe_ms / own_bound_ms},
+      {"update_threads", args.update_threads},
       {"serial_over_pipelined", serial_ms / pipe_ms},
       {"checksum_slice_elements", cs_elems},
       {"checksum_step_ratio", cs_ratio},
@@ -308,12 +313,15 @@ int main(int argc, char** argv) {
       a.block = *v;
     } else if (k == "--queue-depth") {
       a.queue_depth = std::atoi(next().c_str());
+    } else if (k == "--update-threads") {
+      a.update_threads = std::atoi(next().c_str());
     } else if (k == "--json") {
       a.json = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: optimizer_swap [--elements N] [--sub-group N] [--path DIR] "
-                   "[--buffers N] [--block-size 4M] [--queue-depth 16] [--json]\n");
+      std::fprintf(
+          stderr,
+          "usage: optimizer_swap [--elements N] [--sub-group N] [--path DIR] "
+          "[--buffers N] [--block-size 4M] [--queue-depth 16] [--update-threads N] [--json]\n");
       return 2;
     }
   }
