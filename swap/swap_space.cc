@@ -226,6 +226,15 @@ uint64_t SwapSpace::reserved_bytes() const {
   return reserved_;
 }
 
+// One AioHandle request per part of the tensor (one per swap directory it is striped over).
+std::vector<AioRequest> SwapSpace::Requests(const Tensor& t, IoOp op, uint8_t* buf) const {
+  std::vector<AioRequest> reqs;
+  for (const Part& p : t.parts) {
+    reqs.push_back({op, paths_[static_cast<size_t>(p.file)], buf + p.tensor_off, p.size, p.offset});
+  }
+  return reqs;
+}
+
 SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
   SwapFuture f;
   std::vector<AioRequest> reqs;
@@ -246,11 +255,7 @@ SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
       }
     }
     t.written = true;
-    for (const Part& p : t.parts) {
-      reqs.push_back({IoOp::kWrite, paths_[static_cast<size_t>(p.file)],
-                      const_cast<uint8_t*>(static_cast<const uint8_t*>(buf)) + p.tensor_off, p.size,
-                      p.offset});
-    }
+    reqs = Requests(t, IoOp::kWrite, const_cast<uint8_t*>(static_cast<const uint8_t*>(buf)));
   }
   f.io_ = aio_->SubmitBatch(reqs);
   return f;
@@ -271,10 +276,7 @@ SwapFuture SwapSpace::Read(SwapId id, void* buf) {
                                          " is read before it was ever written");
       return f;
     }
-    for (const Part& p : it->second.parts) {
-      reqs.push_back({IoOp::kRead, paths_[static_cast<size_t>(p.file)],
-                      static_cast<uint8_t*>(buf) + p.tensor_off, p.size, p.offset});
-    }
+    reqs = Requests(it->second, IoOp::kRead, static_cast<uint8_t*>(buf));
   }
   f.io_ = aio_->SubmitBatch(reqs);
   if (options_.checksums) {

@@ -118,6 +118,7 @@ class SwapSpace {
   Result<uint64_t> Allocate(int file, uint64_t size);
   static void Release(FileState& f, uint64_t offset, uint64_t size);
   Status VerifyRead(SwapId id, const uint8_t* buf) const;
+  std::vector<AioRequest> Requests(const Tensor& t, IoOp op, uint8_t* buf) const;
 
   SwapSpaceOptions options_;
   AioHandle* aio_;

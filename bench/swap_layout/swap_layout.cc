@@ -19,46 +19,44 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using strata::AioFuture;
 using strata::AioHandle;
 
 struct Times {
   double write_s = 0, read_s = 0;
 };
 
-// Keeps `depth` tensors in flight, like a swapper streaming through its buffers.
+// Keeps kDepth tensors in flight, like a swapper streaming through its buffers: submit(i)
+// starts tensor i and returns its future. Returns the seconds taken; exits on an I/O error.
 constexpr int kDepth = 4;
 
+template <typename Submit>
+double Stream(int n, Submit submit) {
+  auto check = [](const auto& r) {
+    if (r.ok()) return;
+    std::fprintf(stderr, "swap_layout: I/O failed\n");
+    std::exit(1);
+  };
+  const auto t0 = Clock::now();
+  std::vector<decltype(submit(0))> fs;
+  for (int i = 0; i < n; ++i) {
+    if (fs.size() == kDepth) {
+      check(fs.front().Wait());
+      fs.erase(fs.begin());
+    }
+    fs.push_back(submit(i));
+  }
+  for (auto& f : fs) check(f.Wait());
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 Times PerTensorFiles(AioHandle& aio, const std::string& dir, int n, size_t size, uint8_t* buf) {
-  Times t;
   std::vector<std::string> names;
   for (int i = 0; i < n; ++i) names.push_back(dir + "/tensor_" + std::to_string(i) + ".swp");
-  auto t0 = Clock::now();
-  std::vector<AioFuture> fs;
-  for (int i = 0; i < n; ++i) {
-    if (fs.size() == kDepth) {
-      if (!fs.front().Wait().ok()) std::abort();
-      fs.erase(fs.begin());
-    }
-    fs.push_back(aio.SubmitWrite(names[i], buf + (i % kDepth) * size, size, 0));
-  }
-  for (auto& f : fs) {
-    if (!f.Wait().ok()) std::abort();
-  }
-  fs.clear();
-  t.write_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    if (fs.size() == kDepth) {
-      if (!fs.front().Wait().ok()) std::abort();
-      fs.erase(fs.begin());
-    }
-    fs.push_back(aio.SubmitRead(names[i], buf + (i % kDepth) * size, size, 0));
-  }
-  for (auto& f : fs) {
-    if (!f.Wait().ok()) std::abort();
-  }
-  t.read_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  Times t;
+  t.write_s = Stream(
+      n, [&](int i) { return aio.SubmitWrite(names[i], buf + (i % kDepth) * size, size, 0); });
+  t.read_s = Stream(
+      n, [&](int i) { return aio.SubmitRead(names[i], buf + (i % kDepth) * size, size, 0); });
   for (auto& name : names) {
     aio.Close(name).IgnoreError();
     std::filesystem::remove(name);
@@ -67,39 +65,18 @@ Times PerTensorFiles(AioHandle& aio, const std::string& dir, int n, size_t size,
 }
 
 Times OneSpace(AioHandle& aio, const std::string& dir, int n, size_t size, uint8_t* buf) {
-  Times t;
   strata::SwapSpaceOptions o;
   o.dirs = {dir};
   o.name = "layout";
   auto space = std::move(strata::SwapSpace::Create(o, &aio)).value();
   std::vector<strata::SwapId> ids;
-  auto t0 = Clock::now();
+  Times t;
+  const auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) ids.push_back(*space->Reserve(size));  // fallocate is counted
-  std::vector<strata::SwapFuture> fs;
-  for (int i = 0; i < n; ++i) {
-    if (fs.size() == kDepth) {
-      if (!fs.front().Wait().ok()) std::abort();
-      fs.erase(fs.begin());
-    }
-    fs.push_back(space->Write(ids[i], buf + (i % kDepth) * size));
-  }
-  for (auto& f : fs) {
-    if (!f.Wait().ok()) std::abort();
-  }
-  fs.clear();
-  t.write_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    if (fs.size() == kDepth) {
-      if (!fs.front().Wait().ok()) std::abort();
-      fs.erase(fs.begin());
-    }
-    fs.push_back(space->Read(ids[i], buf + (i % kDepth) * size));
-  }
-  for (auto& f : fs) {
-    if (!f.Wait().ok()) std::abort();
-  }
-  t.read_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double reserve_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  t.write_s =
+      reserve_s + Stream(n, [&](int i) { return space->Write(ids[i], buf + (i % kDepth) * size); });
+  t.read_s = Stream(n, [&](int i) { return space->Read(ids[i], buf + (i % kDepth) * size); });
   return t;
 }
 
