@@ -236,27 +236,39 @@ std::vector<AioRequest> SwapSpace::Requests(const Tensor& t, IoOp op, uint8_t* b
 }
 
 SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
-  SwapFuture f;
+  auto* bytes = const_cast<uint8_t*>(static_cast<const uint8_t*>(buf));
+  size_t size = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tensors_.find(id);
+    if (it == tensors_.end()) {
+      return SwapFuture::Failed(
+          NotFoundError("swap: write of unknown tensor " + std::to_string(id)));
+    }
+    size = it->second.size_bytes;
+  }
+  // Hash outside the lock: a sub-group is hundreds of MB and reads of other tensors must not
+  // wait for it.
+  std::vector<uint64_t> sums;
+  if (options_.checksums) {
+    const size_t blk = options_.checksum_block_bytes;
+    sums.resize((size + blk - 1) / blk);
+    for (size_t i = 0; i < sums.size(); ++i) {
+      sums[i] = XXH3_64bits(bytes + i * blk, std::min(blk, size - i * blk));
+    }
+  }
   std::vector<AioRequest> reqs;
   {
     std::lock_guard lock(mu_);
     auto it = tensors_.find(id);
     if (it == tensors_.end()) {
-      f.early_ = NotFoundError("swap: write of unknown tensor " + std::to_string(id));
-      return f;
+      return SwapFuture::Failed(NotFoundError("swap: tensor " + std::to_string(id) + " freed"));
     }
-    Tensor& t = it->second;
-    if (options_.checksums) {
-      const auto* b = static_cast<const uint8_t*>(buf);
-      const size_t blk = options_.checksum_block_bytes;
-      t.checksums.resize((t.size_bytes + blk - 1) / blk);
-      for (size_t i = 0; i < t.checksums.size(); ++i) {
-        t.checksums[i] = XXH3_64bits(b + i * blk, std::min(blk, t.size_bytes - i * blk));
-      }
-    }
-    t.written = true;
-    reqs = Requests(t, IoOp::kWrite, const_cast<uint8_t*>(static_cast<const uint8_t*>(buf)));
+    it->second.checksums = std::move(sums);
+    it->second.written = true;
+    reqs = Requests(it->second, IoOp::kWrite, bytes);
   }
+  SwapFuture f;
   f.io_ = aio_->SubmitBatch(reqs);
   return f;
 }
