@@ -41,6 +41,17 @@ void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, 
   if (pin) pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 }
 
+void RunInterleaved(int threads, size_t n, size_t tile,
+                    const std::function<void(size_t, size_t)>& fn) {
+  auto work = [&](int t) {
+    for (size_t b = t * tile; b < n; b += threads * tile) fn(b, std::min(n, b + tile));
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work, t);
+  work(0);
+  for (auto& w : workers) w.join();
+}
+
 void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup) {
   for (int r = 0; r < warmup + rounds; ++r) {
     const bool reverse = r % 2 == 1;

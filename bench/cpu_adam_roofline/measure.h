@@ -16,6 +16,11 @@ bool PinCurrentThread(int cpu);
 // per thread; the caller's thread takes chunk 0. With `pin`, thread t runs on CPU t.
 void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, size_t)>& fn);
 
+// Like RunSplit, but thread t takes tiles t, t + threads, t + 2 * threads, ... of `tile`
+// elements: the threads stream through neighbouring addresses instead of separate halves.
+void RunInterleaved(int threads, size_t n, size_t tile,
+                    const std::function<void(size_t, size_t)>& fn);
+
 struct Variant {
   std::string name;
   std::string mix;  // "fp32" or "bf16" (bf16 grads + fused bf16 copy-out)

@@ -2,6 +2,9 @@
 // GCC keeps sqrt scalar (it must be able to set errno) and the plain loop becomes compute-bound.
 #include "bench/cpu_adam_roofline/streams.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -45,6 +48,56 @@ void ProbeHalfMix(float* p, const uint16_t* g, float* m, float* v, uint16_t* cop
     Store(m + i, mv);
     Store(v + i, vv);
     Store(copy + i, gv);
+  }
+}
+
+void ProbeFp32Streaming(float* p, const float* g, float* m, float* v, size_t n) {
+  n = n / 16 * 16;
+  for (size_t i = 0; i < n; i += 8) {
+    F8 pv = Load<F8>(p + i), gv = Load<F8>(g + i), mv = Load<F8>(m + i), vv = Load<F8>(v + i);
+    asm volatile("" : "+x"(pv), "+x"(mv), "+x"(vv) : "x"(gv));
+#if defined(__AVX__)
+    _mm256_stream_ps(p + i, pv);
+    _mm256_stream_ps(m + i, mv);
+    _mm256_stream_ps(v + i, vv);
+#else
+    for (int h = 0; h < 8; h += 4) {
+      _mm_stream_ps(p + i + h, _mm_loadu_ps(reinterpret_cast<const float*>(&pv) + h));
+      _mm_stream_ps(m + i + h, _mm_loadu_ps(reinterpret_cast<const float*>(&mv) + h));
+      _mm_stream_ps(v + i + h, _mm_loadu_ps(reinterpret_cast<const float*>(&vv) + h));
+    }
+#endif
+  }
+  _mm_sfence();
+}
+
+void ProbeFp32TilePrefetch(float* p, const float* g, float* m, float* v, size_t n) {
+  n = n / 16 * 16;
+  for (size_t t = 0; t < n; t += kProbeTile) {
+    const size_t next = t + kProbeTile, end = std::min(n, next);
+    if (next < n) {
+      const size_t len = std::min(kProbeTile, n - next);
+      for (const float* a :
+           {static_cast<const float*>(p + next), g + next, static_cast<const float*>(m + next),
+            static_cast<const float*>(v + next)}) {
+        for (size_t k = 0; k < len; k += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(a + k), _MM_HINT_T1);
+      }
+    }
+    ProbeFp32(p + t, g + t, m + t, v + t, end - t);
+  }
+}
+
+void ProbeInterleavedState(float* state, const float* g, size_t n) {
+  for (size_t i = 0; i + 16 <= n; i += 16) {
+    float* block = state + 3 * i;
+    F8 gv0 = Load<F8>(g + i), gv1 = Load<F8>(g + i + 8);
+    asm volatile("" : : "x"(gv0), "x"(gv1));
+    for (int k = 0; k < 48; k += 8) {
+      F8 x = Load<F8>(block + k);
+      asm volatile("" : "+x"(x));
+      Store(block + k, x);
+    }
   }
 }
 

@@ -18,6 +18,19 @@ void ProbeFp32(float* p, const float* g, float* m, float* v, size_t n);
 // 16-bit copy to a separate array. 28 bytes per element (+2 for the copy's write-allocate).
 void ProbeHalfMix(float* p, const uint16_t* g, float* m, float* v, uint16_t* copy, size_t n);
 
+// Other ways to move the same 28 bytes per element, to test whether ProbeFp32 really is the
+// ceiling (a kernel could only beat a plain loop at the probe by moving the bytes faster):
+//  - non-temporal (streaming) stores for p, m, v;
+//  - tiles of `kProbeTile` elements, the next tile prefetched into L2 one array at a time
+//    (sequential bursts instead of four interleaved streams);
+//  - the state interleaved in blocks [p x16 | m x16 | v x16] (one read-write stream and one read
+//    stream instead of 4 + 3): `state` holds 3 * n floats, block b covers elements 16b..16b+15.
+// `n` is rounded down to a multiple of 16.
+inline constexpr size_t kProbeTile = 8192;
+void ProbeFp32Streaming(float* p, const float* g, float* m, float* v, size_t n);
+void ProbeFp32TilePrefetch(float* p, const float* g, float* m, float* v, size_t n);
+void ProbeInterleavedState(float* state, const float* g, size_t n);
+
 struct PlainAdamArgs {
   float beta1, beta2, eps;
   float step_size;  // lr / (1 - beta1^t)
