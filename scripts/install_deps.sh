@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Strata needs, only those missing. Idempotent.
+# curl + xz-utils fetch the oneTBB source for the TSan build (scripts/build_tsan_tbb.sh).
 # CUDA 13 + NCCL are optional and expected under /usr/local/cuda (not installed here).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       liburing-dev libaio-dev libhwloc-dev libtbb-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-      libopenblas-dev libxxhash-dev fio)
+      libopenblas-dev libxxhash-dev fio curl xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

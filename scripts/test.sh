@@ -9,6 +9,9 @@ scripts/build.sh build -DSTRATA_WERROR=ON
 scripts/build.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE="address;undefined" \
   -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF
 (cd build-asan && ctest --output-on-failure -j 2 -LE slow)
+# TSan sees inside oneTBB only if oneTBB is built with it (Debian's is not).
+scripts/build_tsan_tbb.sh build-deps/onetbb-tsan
 scripts/build.sh build-tsan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=thread \
-  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF
+  -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF \
+  -DTBB_DIR="$PWD/build-deps/onetbb-tsan/lib/cmake/TBB" -DSTRATA_TBB_TSAN=ON
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j 2 -L threaded)

@@ -19,10 +19,11 @@ namespace {
 // vector) so only the last block has a scalar tail.
 constexpr size_t kBlock = size_t{1} << 16;
 
-// libtbb is not built with ThreadSanitizer, so TSan cannot see the synchronisation inside it and
-// reports races on every task hand-off. Under TSan the blocks run one after another on the
-// stream's worker instead: same blocks, same results, nothing hidden from the race detector.
-#if defined(__SANITIZE_THREAD__)
+// The distro's libtbb is not built with ThreadSanitizer, so TSan cannot see the synchronisation
+// inside it and reports races on every task hand-off. Under TSan without an instrumented oneTBB
+// (STRATA_TBB_TSAN, scripts/build_tsan_tbb.sh) the blocks run one after another on the stream's
+// worker instead: same blocks, same results.
+#if defined(__SANITIZE_THREAD__) && !defined(STRATA_TBB_TSAN)
 constexpr bool kUseTbb = false;
 #else
 constexpr bool kUseTbb = true;
