@@ -4,6 +4,36 @@ find_package(Threads REQUIRED)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing>=2.2)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc>=2.0)
 find_package(TBB REQUIRED)
+
+# Under TSan, code that runs oneTBB can only be race-checked when oneTBB itself is instrumented
+# (Debian's is not: every task hand-off looks like a race). STRATA_TBB_TSAN says it is - checked
+# here against the library's symbols; then the host kernels use oneTBB under TSan too and the
+# oneTBB test suites join the `threaded` label.
+set(STRATA_TSAN_COVERS_TBB OFF)
+if("thread" IN_LIST STRATA_SANITIZE_LIST)
+  if(STRATA_TBB_TSAN)
+    get_target_property(_tbb_lib TBB::tbb IMPORTED_LOCATION)
+    get_target_property(_tbb_cfgs TBB::tbb IMPORTED_CONFIGURATIONS)
+    foreach(_cfg IN LISTS _tbb_cfgs)
+      get_target_property(_loc TBB::tbb IMPORTED_LOCATION_${_cfg})
+      if(_loc AND NOT _tbb_lib)
+        set(_tbb_lib "${_loc}")
+      endif()
+    endforeach()
+    execute_process(COMMAND nm -D "${_tbb_lib}" OUTPUT_VARIABLE _tbb_syms ERROR_QUIET)
+    if(NOT _tbb_syms MATCHES "__tsan_")
+      message(FATAL_ERROR "STRATA_TBB_TSAN=ON but the oneTBB found (${_tbb_lib}) is not built "
+                          "with ThreadSanitizer. Build one with scripts/build_tsan_tbb.sh and "
+                          "pass -DTBB_DIR=<prefix>/lib/cmake/TBB, or set STRATA_TBB_TSAN=OFF.")
+    endif()
+    set(STRATA_TSAN_COVERS_TBB ON)
+    target_compile_definitions(strata_options INTERFACE STRATA_TBB_TSAN=1)
+    message(STATUS "Strata: oneTBB is TSan-instrumented (${_tbb_lib}); its users are race-checked")
+  else()
+    message(STATUS "Strata: TSan without an instrumented oneTBB: cpu_adam and optimizer-swap "
+                   "tests stay out of the threaded label (scripts/build_tsan_tbb.sh builds one)")
+  endif()
+endif()
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(MPI COMPONENTS CXX)
 

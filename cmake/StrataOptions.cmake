@@ -17,17 +17,5 @@ if(STRATA_SANITIZE)
   add_link_options(-fsanitize=${_san})
 endif()
 
-# Under TSan, code that runs oneTBB can only be race-checked when oneTBB itself is instrumented
-# (Debian's is not: every task hand-off looks like a race). STRATA_TBB_TSAN says it is; then the
-# host kernels use oneTBB under TSan too and the oneTBB test suites join the `threaded` label.
-set(STRATA_TSAN_COVERS_TBB OFF)
-if("thread" IN_LIST STRATA_SANITIZE)
-  if(STRATA_TBB_TSAN)
-    set(STRATA_TSAN_COVERS_TBB ON)
-    target_compile_definitions(strata_options INTERFACE STRATA_TBB_TSAN=1)
-    message(STATUS "Strata: oneTBB is TSan-instrumented (${TBB_DIR}); its users are race-checked")
-  else()
-    message(STATUS "Strata: TSan without an instrumented oneTBB: cpu_adam and optimizer-swap "
-                   "tests stay out of the threaded label (scripts/build_tsan_tbb.sh builds one)")
-  endif()
-endif()
+# STRATA_SANITIZE as a list whether given with ';' or ','.
+string(REPLACE "," ";" STRATA_SANITIZE_LIST "${STRATA_SANITIZE}")

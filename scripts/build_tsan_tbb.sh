@@ -14,14 +14,20 @@ version=2021.8.0
 sha256=7e9111b8bb59c8800bf6d0b06afe7b0891937443d2dae1ee1101c8e2ede6a7ef
 url="http://deb.debian.org/debian/pool/main/o/onetbb/onetbb_${version}.orig.tar.xz"
 
-stamp="$prefix/.strata-tsan-onetbb-$version"
+# The stamp names the compiler too: a TSan runtime must match the one the project links.
+stamp="$prefix/.strata-tsan-onetbb-$version-$(c++ -dumpfullversion)"
 if [ -f "$stamp" ] && [ -f "$prefix/lib/cmake/TBB/TBBConfig.cmake" ]; then
   exit 0
+fi
+if [ -d "$prefix" ] && [ -n "$(ls -A "$prefix")" ] && ! ls "$prefix"/.strata-tsan-onetbb-* \
+    >/dev/null 2>&1; then
+  echo "build_tsan_tbb: $prefix exists and was not made by this script; refusing to replace it" >&2
+  exit 1
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "build_tsan_tbb: fetching oneTBB $version from the Debian mirror"
-curl -fsSL --retry 3 -o "$work/onetbb.tar.xz" "$url" ||
+curl -fsSL --retry 3 --connect-timeout 20 --max-time 600 -o "$work/onetbb.tar.xz" "$url" ||
   { echo "build_tsan_tbb: cannot download $url" >&2; exit 1; }
 echo "$sha256  $work/onetbb.tar.xz" | sha256sum -c --quiet - ||
   { echo "build_tsan_tbb: checksum mismatch for $url (expected sha256 $sha256)" >&2; exit 1; }

@@ -8,8 +8,9 @@ All three update the same fp32 torch tensors (params, grads, exp_avg, exp_avg_sq
   plain      cpu_adam_roofline's plain loop through ctypes (same library).
 Before timing, one step from identical inputs on a small size is checked for each against a
 float64 reference (and so against each other). Then every round times each once, in forward
-order on even rounds and reverse order on odd ones; ratios are medians over rounds of same-round
-time ratios (the machine is shared and noisy, and pairing cancels the drift).
+order on even rounds and reverse order on odd ones, the start rotating every two rounds; ratios
+are medians over rounds of same-round time ratios (the machine is shared and noisy, and pairing
+cancels the drift).
 
   compare.py [--params 256M] [--rounds 9] [--threads 2] [--json] [--ds-op PATH] [--lib PATH]
 """
@@ -66,7 +67,8 @@ def parse_args():
 
 ARGS = parse_args()
 # Before torch starts its OpenMP runtime (DeepSpeed's op runs `omp parallel for` in it).
-os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
+# Set, not defaulted: an inherited OMP_NUM_THREADS would give DeepSpeed another thread count.
+os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 import torch  # noqa: E402
 
 LIBC = ctypes.CDLL(None)
@@ -319,7 +321,11 @@ def check_agreement(lib, threads):
 def time_rounds(impls, rounds, warmup):
     secs = {impl.name: [] for impl in impls}
     for r in range(warmup + rounds):
-        order = impls if r % 2 == 0 else impls[::-1]
+        # Rotate the starting implementation each pair of rounds and alternate direction, so that
+        # every implementation runs first, middle and last equally often.
+        k = (r // 2) % len(impls)
+        rotated = impls[k:] + impls[:k]
+        order = rotated if r % 2 == 0 else rotated[::-1]
         for impl in order:
             t0 = time.perf_counter()
             impl.step()
