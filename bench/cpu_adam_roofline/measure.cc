@@ -41,10 +41,12 @@ void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, 
   if (pin) pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 }
 
-void RunInterleaved(int threads, size_t n, size_t tile,
+void RunInterleaved(int threads, size_t n, size_t tile_numel,
                     const std::function<void(size_t, size_t)>& fn) {
   auto work = [&](int t) {
-    for (size_t b = t * tile; b < n; b += threads * tile) fn(b, std::min(n, b + tile));
+    for (size_t b = t * tile_numel; b < n; b += threads * tile_numel) {
+      fn(b, std::min(n, b + tile_numel));
+    }
   };
   std::vector<std::thread> workers;
   for (int t = 1; t < threads; ++t) workers.emplace_back(work, t);
@@ -72,12 +74,24 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
-double PairedRatio(const Variant& v, const Variant& reference) {
+namespace {
+double PairedRatioWhere(const Variant& v, const Variant& reference, int parity) {
   std::vector<double> r;
   for (size_t i = 0; i < v.seconds.size() && i < reference.seconds.size(); ++i) {
-    r.push_back(reference.seconds[i] / v.seconds[i]);
+    if (parity < 0 || static_cast<int>(i % 2) == parity) {
+      r.push_back(reference.seconds[i] / v.seconds[i]);
+    }
   }
   return Median(std::move(r));
+}
+}  // namespace
+
+double PairedRatio(const Variant& v, const Variant& reference) {
+  return PairedRatioWhere(v, reference, -1);
+}
+
+double PairedRatioOn(const Variant& v, const Variant& reference, int parity) {
+  return PairedRatioWhere(v, reference, parity);
 }
 
 }  // namespace strata::bench

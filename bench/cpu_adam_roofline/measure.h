@@ -16,9 +16,9 @@ bool PinCurrentThread(int cpu);
 // per thread; the caller's thread takes chunk 0. With `pin`, thread t runs on CPU t.
 void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, size_t)>& fn);
 
-// Like RunSplit, but thread t takes tiles t, t + threads, t + 2 * threads, ... of `tile`
+// Like RunSplit, but thread t takes tiles t, t + threads, t + 2 * threads, ... of `tile_numel`
 // elements: the threads stream through neighbouring addresses instead of separate halves.
-void RunInterleaved(int threads, size_t n, size_t tile,
+void RunInterleaved(int threads, size_t n, size_t tile_numel,
                     const std::function<void(size_t, size_t)>& fn);
 
 struct Variant {
@@ -37,5 +37,9 @@ double Median(std::vector<double> v);
 // Median over rounds of reference.seconds[r] / v.seconds[r]: v's throughput relative to the
 // reference measured in the same round (drifts in machine load cancel out).
 double PairedRatio(const Variant& v, const Variant& reference);
+
+// The same over the rounds whose index has the given parity (0: even, 1: odd), so that one half
+// of the rounds can pick the best of several variants and the other half measure it unbiased.
+double PairedRatioOn(const Variant& v, const Variant& reference, int parity);
 
 }  // namespace strata::bench

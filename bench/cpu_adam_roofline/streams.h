@@ -25,7 +25,8 @@ void ProbeHalfMix(float* p, const uint16_t* g, float* m, float* v, uint16_t* cop
 //    (sequential bursts instead of four interleaved streams);
 //  - the state interleaved in blocks [p x16 | m x16 | v x16] (one read-write stream and one read
 //    stream instead of 4 + 3): `state` holds 3 * n floats, block b covers elements 16b..16b+15.
-// `n` is rounded down to a multiple of 16.
+// `n` is rounded down to a multiple of 16. The streaming probe needs p, m, v 32-byte aligned
+// (vmovntps faults otherwise); the bench's arrays and chunk boundaries are.
 inline constexpr size_t kProbeTile = 8192;
 void ProbeFp32Streaming(float* p, const float* g, float* m, float* v, size_t n);
 void ProbeFp32TilePrefetch(float* p, const float* g, float* m, float* v, size_t n);
