@@ -36,8 +36,10 @@ apt_install build-essential ninja-build python3-dev python3-venv
 python=/usr/bin/python3
 
 pypi_ok=1
+created=0
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
+  created=1
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check --retries 1 --timeout 30)
 if ! "${pip[@]}" install -q --upgrade pip setuptools wheel; then
@@ -47,12 +49,21 @@ fi
 if ((pypi_ok)) && "${pip[@]}" install -q torch --index-url "$torch_index" &&
    "${pip[@]}" install -q deepspeed py-cpuinfo ninja numpy packaging; then
   echo "setup_deepspeed_venv: installed torch (CPU) and deepspeed from the registries"
+elif ((pypi_ok)); then
+  echo "setup_deepspeed_venv: PyPI answered but installing torch/deepspeed failed (see above)" >&2
+  exit 1
 else
-  echo "setup_deepspeed_venv: PyPI / the torch index cannot be reached from here;" \
+  echo "setup_deepspeed_venv: PyPI cannot be reached from here;" \
        "falling back to Debian's python3-torch" >&2
   apt_install python3-torch python3-cpuinfo python3-numpy
-  rm -rf "$venv"
-  "$python" -m venv --system-site-packages "$venv"
+  if ((created)); then
+    rm -rf "$venv"
+  elif [ ! -f "$venv/pyvenv.cfg" ] || ! grep -q "include-system-site-packages = true" \
+      "$venv/pyvenv.cfg"; then
+    echo "setup_deepspeed_venv: $venv exists without system site packages; pass a new directory" >&2
+    exit 1
+  fi
+  [ -x "$venv/bin/python" ] || "$python" -m venv --system-site-packages "$venv"
   pypi_ok=0
 fi
 

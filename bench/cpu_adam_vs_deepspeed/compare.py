@@ -344,6 +344,14 @@ def paired(secs, num, den):
 
 
 def main():
+    json_out = sys.stdout
+    if ARGS.json:
+        # DeepSpeed's logger and its op loader print to stdout: keep stdout for the one JSON
+        # object and send everything else (fd 1 included) to stderr.
+        sys.stdout.flush()
+        json_out = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
     torch.set_num_threads(ARGS.threads)
     lib = ctypes.CDLL(os.path.abspath(ARGS.lib))
     lib.strata_adam_kernel_name.restype = ctypes.c_char_p
@@ -398,7 +406,7 @@ def main():
             "seconds": secs, **ratios,
             "labels": {impl.name: impl.label for impl in impls},
             "deepspeed_simd": impls[0].simd, "strata_kernel": impls[1].kernel,
-            "layout": layout, "check": check}))
+            "layout": layout, "check": check}), file=json_out, flush=True)
         return 0
     print(f"\n{'impl':10s} {'median ms':>10s} {'Gparam/s':>9s} {'GB/s':>6s} {'vs deepspeed':>13s} "
           f"{'vs plain':>9s} {'range Gparam/s':>15s}")
