@@ -17,6 +17,7 @@
 #include <oneapi/tbb/task_scheduler_observer.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -127,6 +128,13 @@ struct Bench {
   std::vector<std::unique_ptr<tbb::task_arena>> arenas;
   std::vector<std::unique_ptr<PinningObserver>> observers;
   static constexpr int64_t kStep = 10;
+  int group = 0;  // the group new variants join (see MeasureInterleaved)
+
+  void NewGroup() { ++group; }
+  void Push(Variant v) {
+    v.group = group;
+    variants.push_back(std::move(v));
+  }
 
   CpuOptimizer* MakeOptimizer(int threads, size_t tile, size_t prefetch) {
     CpuOptimizerOptions o;
@@ -141,16 +149,15 @@ struct Bench {
 
   void AddProbe(const std::string& name, const Arrays& a, int threads, bool half) {
     const size_t n = args.params;
-    variants.push_back({name, half ? "bf16" : "fp32", threads, [&a, n, threads, half] {
-                          RunSplit(threads, false, n, [&](size_t b, size_t e) {
-                            if (half) {
-                              ProbeHalfMix(a.P() + b, a.G16() + b, a.M() + b, a.V() + b,
-                                           a.C16() + b, e - b);
-                            } else {
-                              ProbeFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b);
-                            }
-                          });
-                        }});
+    Push({name, half ? "bf16" : "fp32", threads, [&a, n, threads, half] {
+            RunSplit(threads, false, n, [&](size_t b, size_t e) {
+              if (half) {
+                ProbeHalfMix(a.P() + b, a.G16() + b, a.M() + b, a.V() + b, a.C16() + b, e - b);
+              } else {
+                ProbeFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b);
+              }
+            });
+          }});
   }
 
   // Other data-movement shapes for the fp32 probe (see streams.h); `state` is the interleaved
@@ -159,7 +166,7 @@ struct Bench {
     const size_t n = args.params;
     auto add = [&](const std::string& name, std::function<void()> run) {
       ceiling_shapes.push_back(name);
-      variants.push_back({name, "fp32", threads, std::move(run)});
+      Push({name, "fp32", threads, std::move(run)});
     };
     add("probe fp32 streaming stores", [&a, n, threads] {
       RunSplit(threads, false, n, [&](size_t b, size_t e) {
@@ -185,11 +192,11 @@ struct Bench {
   void AddPlain(const std::string& name, const Arrays& a, int threads, bool pin) {
     const size_t n = args.params;
     const PlainAdamArgs pa = plain;
-    variants.push_back({name, "fp32", threads, [&a, n, threads, pin, pa] {
-                          RunSplit(threads, pin, n, [&](size_t b, size_t e) {
-                            PlainAdamFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b, pa);
-                          });
-                        }});
+    Push({name, "fp32", threads, [&a, n, threads, pin, pa] {
+            RunSplit(threads, pin, n, [&](size_t b, size_t e) {
+              PlainAdamFp32(a.P() + b, a.G() + b, a.M() + b, a.V() + b, e - b, pa);
+            });
+          }});
   }
 
   // tile 0 / prefetch SIZE_MAX: the library defaults. pin: run in a pinned arena of `threads`.
@@ -215,17 +222,17 @@ struct Bench {
       t.param_copy_dtype = DType::kBFloat16;
     }
     const Hyperparams hp_copy = hp;
-    variants.push_back({name, half ? "bf16" : "fp32", threads, [opt, arena, t, hp_copy] {
-                          auto step = [&] {
-                            Status s = opt->StepAt(hp_copy, kStep, t);
-                            STRATA_CHECK_MSG(s.ok(), s.ToString());
-                          };
-                          if (arena) {
-                            arena->execute(step);
-                          } else {
-                            step();
-                          }
-                        }});
+    Push({name, half ? "bf16" : "fp32", threads, [opt, arena, t, hp_copy] {
+            auto step = [&] {
+              Status s = opt->StepAt(hp_copy, kStep, t);
+              STRATA_CHECK_MSG(s.ok(), s.ToString());
+            };
+            if (arena) {
+              arena->execute(step);
+            } else {
+              step();
+            }
+          }});
   }
 };
 
@@ -283,43 +290,73 @@ int Main(int argc, char** argv) {
   AlignedBuffer interleaved_state;
   if (b.args.ceiling) interleaved_state = Alloc(n * 12, true);
   const double thp = double(huge.owned[0].HugePageBackedBytes()) / huge.owned[0].size();
-  // Compared variants sit next to each other in a round (paired ratios).
+  // Compared variants sit next to each other in a group (paired ratios); the groups' order is
+  // shuffled every round. Each group of tricks has its own plain-loop twin to compare with.
   for (int t : {1, 2}) {
+    b.NewGroup();
     b.AddProbe("probe fp32", huge, t, false);
     b.AddPlain("plain loop fp32", huge, t, false);
     b.AddStrata("strata fp32", huge, t, false);
-  }
-  if (b.args.ceiling) {
-    b.AddCeilingShapes(huge, static_cast<float*>(interleaved_state.data()), 2);
+    if (t == 2 && b.args.ceiling) {
+      b.AddCeilingShapes(huge, static_cast<float*>(interleaved_state.data()), 2);
+    }
   }
   for (int t : {1, 2}) {
+    b.NewGroup();
     b.AddProbe("probe bf16 mix", huge, t, true);
     b.AddStrata("strata bf16 mix", huge, t, true);
   }
+  auto trick_group = [&](const std::string& what) {
+    b.NewGroup();
+    const std::string twin = "plain loop fp32 (" + what + " pair)";
+    b.AddPlain(twin, huge, 2, false);
+    return twin;
+  };
+  auto pair_rest_with = [&](const std::string& twin) {
+    for (Variant& v : b.variants) {
+      if (v.group == b.group && v.name != twin) v.plain_ref = twin;
+    }
+  };
   if (b.args.tricks) {
+    const std::string pf_twin = trick_group("prefetch");
     for (size_t pf : {size_t{0}, size_t{256}, size_t{1024}, size_t{4096}}) {
       b.AddStrata("strata fp32 prefetch " + std::to_string(pf) + " B", huge, 2, false, 0, pf);
     }
+    pair_rest_with(pf_twin);
+    const std::string tile_twin = trick_group("tile");
     for (size_t tile :
          {size_t{4} << 10, size_t{16} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20}) {
       b.AddStrata("strata fp32 tile " + std::to_string(tile >> 10) + "K", huge, 2, false, tile);
     }
+    pair_rest_with(tile_twin);
+    const std::string pin_twin = trick_group("pinning");
     b.AddPlain("plain loop fp32 pinned", huge, 2, true);
     b.AddStrata("strata fp32 pinned", huge, 2, false, 0, SIZE_MAX, true);
+    pair_rest_with(pin_twin);
   }
   if (small_pages) {
+    b.NewGroup();
     b.AddProbe("probe fp32 4K pages", *small_pages, 2, false);
     b.AddPlain("plain loop fp32 4K pages", *small_pages, 2, false);
     b.AddStrata("strata fp32 4K pages", *small_pages, 2, false);
     b.AddProbe("probe fp32 4K aliased", *aliased, 2, false);
     b.AddStrata("strata fp32 4K aliased", *aliased, 2, false);
+    pair_rest_with("plain loop fp32 4K pages");
   }
   if (!b.args.filter.empty()) {
+    auto wanted = [&](const Variant& v) {
+      return v.name.rfind("probe ", 0) == 0 || v.name.find(b.args.filter) != std::string::npos;
+    };
+    std::vector<std::string> twins;  // the plain-loop pairs of the variants kept
+    for (const Variant& v : b.variants) {
+      if (wanted(v) && !v.plain_ref.empty()) twins.push_back(v.plain_ref);
+    }
     std::erase_if(b.variants, [&](const Variant& v) {
-      return v.name.rfind("probe ", 0) != 0 && v.name.find(b.args.filter) == std::string::npos;
+      return !wanted(v) && std::find(twins.begin(), twins.end(), v.name) == twins.end();
     });
   }
-  MeasureInterleaved(b.variants, b.args.rounds, b.args.warmup);
+  constexpr unsigned kOrderSeed = 1;
+  MeasureInterleaved(b.variants, b.args.rounds, b.args.warmup, kOrderSeed);
 
   // Throughput from medians; every ratio is a paired ratio (same round), see PairedRatio().
   auto find = [&](const std::string& name, int t) -> const Variant* {
@@ -333,6 +370,10 @@ int Main(int argc, char** argv) {
   };
   auto ratio = [&](const Variant* v, const Variant* ref) {
     return v && ref ? PairedRatio(*v, *ref) : std::nan("");
+  };
+  auto vs_plain = [&](const Variant& v) {
+    if (v.mix != "fp32") return std::nan("");
+    return ratio(&v, find(v.plain_ref.empty() ? "plain loop fp32" : v.plain_ref, v.threads));
   };
   auto probe_of = [&](const Variant& v) {
     return find(v.mix == "fp32" ? "probe fp32" : "probe bf16 mix", v.threads);
@@ -392,8 +433,7 @@ int Main(int argc, char** argv) {
                     {"min_gparams_per_s", lo},
                     {"max_gparams_per_s", hi},
                     {"vs_probe", ratio(&v, probe_of(v))},
-                    {"vs_plain", v.mix == "fp32" ? ratio(&v, find("plain loop fp32", v.threads))
-                                                 : std::nan("")}});
+                    {"vs_plain", vs_plain(v)}});
   }
   if (b.args.json) {
     nlohmann::json j = {{"params", n},
@@ -404,6 +444,8 @@ int Main(int argc, char** argv) {
                         {"array_distance_alignment_bytes", huge.CommonAlignment()},
                         {"bytes_per_param", kBytesPerParam},
                         {"ratio_method", "median over rounds of same-round time ratios"},
+                        {"order", "groups of neighbours, group order shuffled every round (seed " +
+                                      std::to_string(kOrderSeed) + ")"},
                         {"probe_gbps", gparams(probe2) * kBytesPerParam},
                         {"probe_bf16_gbps", gparams(probe_bf2) * kBytesPerParam},
                         {"strata_fp32_2t_gparams", gparams(strata2)},
@@ -440,8 +482,7 @@ int Main(int argc, char** argv) {
   for (size_t k = 0; k < rows.size(); ++k) {
     const auto& r = rows[k];
     const Variant& v = b.variants[k];
-    const double vp =
-        v.mix == "fp32" ? ratio(&v, find("plain loop fp32", v.threads)) : std::nan("");
+    const double vp = vs_plain(v);
     std::printf("%-32s %3d %9.1f %9.3f %7.1f %8.3f %8s  %.3f-%.3f\n", v.name.c_str(), v.threads,
                 r["median_ms"].get<double>(), r["gparams_per_s"].get<double>(),
                 r["gbps"].get<double>(), ratio(&v, probe_of(v)),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 namespace strata::bench {
@@ -54,15 +55,24 @@ void RunInterleaved(int threads, size_t n, size_t tile_numel,
   for (auto& w : workers) w.join();
 }
 
-void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup) {
+void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, unsigned seed) {
+  std::vector<int> groups;
+  for (const Variant& v : variants) {
+    if (std::find(groups.begin(), groups.end(), v.group) == groups.end()) groups.push_back(v.group);
+  }
+  std::mt19937 rng(seed);
   for (int r = 0; r < warmup + rounds; ++r) {
+    std::shuffle(groups.begin(), groups.end(), rng);
     const bool reverse = r % 2 == 1;
-    for (size_t k = 0; k < variants.size(); ++k) {
-      Variant& v = variants[reverse ? variants.size() - 1 - k : k];
-      const auto t0 = std::chrono::steady_clock::now();
-      v.run();
-      const auto t1 = std::chrono::steady_clock::now();
-      if (r >= warmup) v.seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+    for (int g : groups) {
+      for (size_t k = 0; k < variants.size(); ++k) {
+        Variant& v = variants[reverse ? variants.size() - 1 - k : k];
+        if (v.group != g) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        v.run();
+        const auto t1 = std::chrono::steady_clock::now();
+        if (r >= warmup) v.seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+      }
     }
   }
 }

@@ -27,10 +27,18 @@ struct Variant {
   int threads = 1;
   std::function<void()> run;
   std::vector<double> seconds;  // one per measured round
+  // Variants of one group always run back to back; compare only within a group (see below).
+  int group = 0;
+  // The plain-loop variant its "vs plain" ratio pairs with (a neighbour in the same group).
+  std::string plain_ref;
 };
 
-// `warmup` unmeasured rounds, then `rounds` measured ones; order alternates every round.
-void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup);
+// `warmup` unmeasured rounds, then `rounds` measured ones. Each round runs the groups in an
+// order shuffled afresh (seeded: reproducible), and each group's members forward in even rounds
+// and backward in odd ones. Memory bandwidth on a shared VM moves in phases of seconds, so a
+// fixed order would bias variants by their place in the round; shuffling groups turns that bias
+// into noise, and keeping a group together keeps its members' paired ratios tight.
+void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, unsigned seed);
 
 double Median(std::vector<double> v);
 
