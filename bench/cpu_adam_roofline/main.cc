@@ -5,8 +5,9 @@
 //                     [--pages-compare] [--filter SUBSTRING]
 //
 // All variants run on the same arrays (2 MiB-aligned, transparent huge pages, touched before
-// timing), interleaved round by round in alternating order; the table shows medians. Ratios:
-// Strata / probe of the same dtype mix and thread count, and Strata / plain loop (fp32).
+// timing), interleaved round by round (groups of neighbours, group order shuffled each round,
+// members alternating direction); the table shows medians. Ratios: Strata / probe of the same
+// dtype mix and thread count, and Strata / plain loop (fp32; the tricks' own plain-loop twin).
 // The ceiling shapes (on by default) move the same bytes in other ways (streaming stores, tiles
 // prefetched array by array, interleaved state, threads on neighbouring tiles). The fastest
 // 2-thread fp32 variant of all (picked on even rounds, measured on odd ones) is the fastest way
