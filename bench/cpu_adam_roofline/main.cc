@@ -250,15 +250,8 @@ int Main(int argc, char** argv) {
   b.args = ParseArgs(argc, argv);
   const size_t n = b.args.params;
   b.hp.weight_decay = 0.01f;
-  {
-    const double t = Bench::kStep;
-    b.plain.beta1 = b.hp.beta1;
-    b.plain.beta2 = b.hp.beta2;
-    b.plain.eps = b.hp.eps;
-    b.plain.step_size = static_cast<float>(b.hp.lr / (1 - std::pow(double(b.hp.beta1), t)));
-    b.plain.bc2_rsqrt = static_cast<float>(1 / std::sqrt(1 - std::pow(double(b.hp.beta2), t)));
-    b.plain.decay = static_cast<float>(1 - double(b.hp.lr) * b.hp.weight_decay);
-  }
+  b.plain = MakePlainAdamArgs(b.hp.lr, b.hp.beta1, b.hp.beta2, b.hp.eps, b.hp.weight_decay,
+                              Bench::kStep, /*bias_correction=*/true);
   if (!b.args.json) {
     // Bytes per param allocated: fp32 p, g, m, v + bf16 grads and copy (20), the ceiling shapes'
     // interleaved state (12), the --pages-compare buffer (16).
@@ -390,8 +383,8 @@ int Main(int argc, char** argv) {
 
   // The fastest way found to move fp32 Adam's bytes on 2 threads, among the variants that sit
   // next to each other in a round and move the same 28 B/param: the probe, the plain loop,
-  // Strata and the ceiling shapes (the tricks run further away and pick up a position effect of
-  // up to 40% on this VM, so they are not candidates). The best is picked on the even rounds and
+  // Strata and the ceiling shapes (the tricks run in other groups, each paired with its own
+  // plain-loop twin, so they are not candidates). The best is picked on the even rounds and
   // measured on the odd ones, so the pick's luck does not flatter it. A lower bound on the true
   // ceiling, not a proof that none is faster.
   nlohmann::json shapes = nlohmann::json::object();
@@ -404,7 +397,7 @@ int Main(int argc, char** argv) {
   for (const std::string& name : b.ceiling_shapes) candidates.push_back(find(name, 2));
   for (const Variant* v : candidates) {
     if (!v) continue;
-    const double r = probe2 ? PairedRatioOn(*v, *probe2, 0) : std::nan("");
+    const double r = probe2 ? PairedRatio(*v, *probe2, 0) : std::nan("");
     if (r > best_even) {
       best_even = r;
       best_probe = v;
@@ -412,7 +405,7 @@ int Main(int argc, char** argv) {
   }
   const bool odd_rounds = b.args.rounds >= 2;
   auto odd_ratio = [&](const Variant* v, const Variant* ref) {
-    return v && ref && odd_rounds ? PairedRatioOn(*v, *ref, 1) : std::nan("");
+    return v && ref && odd_rounds ? PairedRatio(*v, *ref, 1) : std::nan("");
   };
   const double best_over_probe = odd_ratio(best_probe, probe2);
   const double plain_over_best = odd_ratio(plain2, best_probe);

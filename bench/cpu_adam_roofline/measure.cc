@@ -84,8 +84,7 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
-namespace {
-double PairedRatioWhere(const Variant& v, const Variant& reference, int parity) {
+double PairedRatio(const Variant& v, const Variant& reference, int parity) {
   std::vector<double> r;
   for (size_t i = 0; i < v.seconds.size() && i < reference.seconds.size(); ++i) {
     if (parity < 0 || static_cast<int>(i % 2) == parity) {
@@ -93,15 +92,6 @@ double PairedRatioWhere(const Variant& v, const Variant& reference, int parity) 
     }
   }
   return Median(std::move(r));
-}
-}  // namespace
-
-double PairedRatio(const Variant& v, const Variant& reference) {
-  return PairedRatioWhere(v, reference, -1);
-}
-
-double PairedRatioOn(const Variant& v, const Variant& reference, int parity) {
-  return PairedRatioWhere(v, reference, parity);
 }
 
 }  // namespace strata::bench

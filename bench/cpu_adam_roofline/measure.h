@@ -43,11 +43,9 @@ void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, 
 double Median(std::vector<double> v);
 
 // Median over rounds of reference.seconds[r] / v.seconds[r]: v's throughput relative to the
-// reference measured in the same round (drifts in machine load cancel out).
-double PairedRatio(const Variant& v, const Variant& reference);
-
-// The same over the rounds whose index has the given parity (0: even, 1: odd), so that one half
-// of the rounds can pick the best of several variants and the other half measure it unbiased.
-double PairedRatioOn(const Variant& v, const Variant& reference, int parity);
+// reference measured in the same round (drifts in machine load cancel out). With `parity` 0 or 1,
+// only the even or odd rounds, so that one half can pick the best of several variants and the
+// other half measure it unbiased.
+double PairedRatio(const Variant& v, const Variant& reference, int parity = -1);
 
 }  // namespace strata::bench

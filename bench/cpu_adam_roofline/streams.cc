@@ -101,6 +101,20 @@ void ProbeInterleavedState(float* state, const float* g, size_t n) {
   }
 }
 
+PlainAdamArgs MakePlainAdamArgs(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                int64_t step, bool bias_correction) {
+  const double t = static_cast<double>(step);
+  PlainAdamArgs a{};
+  a.beta1 = beta1;
+  a.beta2 = beta2;
+  a.eps = eps;
+  a.step_size = static_cast<float>(bias_correction ? lr / (1 - std::pow(double{beta1}, t)) : lr);
+  a.bc2_rsqrt =
+      static_cast<float>(bias_correction ? 1 / std::sqrt(1 - std::pow(double{beta2}, t)) : 1.0);
+  a.decay = static_cast<float>(1 - double{lr} * weight_decay);
+  return a;
+}
+
 void PlainAdamFp32(float* __restrict p, const float* __restrict g, float* __restrict m,
                    float* __restrict v, size_t n, const PlainAdamArgs& a) {
   const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;

@@ -39,6 +39,10 @@ struct PlainAdamArgs {
   float decay;      // 1 - lr * weight_decay (AdamW)
 };
 
+// The per-step scalars of AdamW step `step` (>= 1), computed in double and rounded once.
+PlainAdamArgs MakePlainAdamArgs(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                int64_t step, bool bias_correction);
+
 // for each i: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //             p = p * decay - step_size * m / (sqrt(v) * bc2_rsqrt + eps)
 void PlainAdamFp32(float* __restrict p, const float* __restrict g, float* __restrict m,

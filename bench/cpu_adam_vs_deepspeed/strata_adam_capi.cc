@@ -1,6 +1,5 @@
 #include "bench/cpu_adam_vs_deepspeed/strata_adam_capi.h"
 
-#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,17 +89,9 @@ extern "C" int plain_adam_step_fp32(float* params, const float* grads, float* ex
   if (args == nullptr || num_threads < 1) return Fail("plain step: null args or threads < 1");
   if (args->adam_w_mode == 0) return Fail("plain step: only AdamW (adam_w_mode 1) is implemented");
   if (args->step < 1) return Fail("plain step: step must be >= 1");
-  // The same scalar set-up as cpu_adam_roofline (main.cc), in double.
-  const double t = static_cast<double>(args->step);
-  const bool bc = args->bias_correction != 0;
-  strata::bench::PlainAdamArgs pa{};
-  pa.beta1 = args->beta1;
-  pa.beta2 = args->beta2;
-  pa.eps = args->eps;
-  pa.step_size =
-      static_cast<float>(bc ? args->lr / (1 - std::pow(double{args->beta1}, t)) : args->lr);
-  pa.bc2_rsqrt = static_cast<float>(bc ? 1 / std::sqrt(1 - std::pow(double{args->beta2}, t)) : 1.0);
-  pa.decay = static_cast<float>(1 - double{args->lr} * args->weight_decay);
+  const strata::bench::PlainAdamArgs pa =
+      strata::bench::MakePlainAdamArgs(args->lr, args->beta1, args->beta2, args->eps,
+                                       args->weight_decay, args->step, args->bias_correction != 0);
   strata::bench::RunSplit(num_threads, /*pin=*/false, numel, [&](size_t b, size_t e) {
     strata::bench::PlainAdamFp32(params + b, grads + b, exp_avg + b, exp_avg_sq + b, e - b, pa);
   });
