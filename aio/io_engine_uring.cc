@@ -69,7 +69,11 @@ class UringEngine final : public IoEngine {
     for (const IoRequest& r : reqs) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
-        STRATA_RETURN_IF_ERROR(Flush());
+        if (Status s = Flush(); !s.ok()) {
+          if (prepared == 0) return s;
+          LogError(s.ToString());  // what was prepared is in the ring: accepted (see the note)
+          return prepared;
+        }
         sqe = io_uring_get_sqe(&ring_);
         if (sqe == nullptr) break;  // ring full: the caller resubmits the rest later
       }

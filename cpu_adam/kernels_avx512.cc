@@ -23,7 +23,6 @@ struct Avx512Ops {
   static constexpr size_t kUnroll = 1;  // 16 floats = one 64-byte line per fp32 stream
   static constexpr bool kPrefetch = true;
   static constexpr bool kPairBf16 = false;
-  static void StoreBf16Pair(uint16_t*, V, V) {}
   static V Set1(float x) { return _mm512_set1_ps(x); }
   static V Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }

@@ -15,7 +15,6 @@ struct ScalarOps {
   static constexpr size_t kUnroll = 1;
   static constexpr bool kPrefetch = false;
   static constexpr bool kPairBf16 = false;
-  static void StoreBf16Pair(uint16_t*, V, V) {}
   static V Set1(float x) { return x; }
   static V Load(const float* p) { return *p; }
   static void Store(float* p, V v) { *p = v; }
