@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
+#include <oneapi/tbb/info.h>
+
+#include "core/log.h"
 #include "core/units.h"
 
 namespace strata {
@@ -31,6 +33,19 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optimiz
                                 " must be in [1, 64]");
   }
   std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(o, aio, optimizer));
+  // The arena for pipelined updates (constructing one starts no thread until first use).
+  if (o.update_threads >= 0) {
+    if (optimizer->options().num_threads > 0) {
+      // CpuOptimizer runs in its own arena when it has one, whatever arena calls it.
+      LogWarning("optimizer swapper: update_threads " + std::to_string(o.update_threads) +
+                 " not applied: the optimizer runs its own num_threads = " +
+                 std::to_string(optimizer->options().num_threads));
+    } else {
+      const int threads = o.update_threads > 0 ? o.update_threads
+                                               : std::max(1, tbb::info::default_concurrency() - 1);
+      s->update_arena_ = std::make_unique<tbb::task_arena>(threads);
+    }
+  }
   SwapSpaceOptions so;
   so.dirs = o.nvme_paths;
   so.name = "optimizer";
@@ -165,12 +180,6 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
   const int nb = static_cast<int>(buffers_.size());
   int lookahead = options_.pipeline_read ? std::max(0, nb - 2) : 0;
   const bool pipelined = options_.pipeline_read || options_.pipeline_write;
-  if (pipelined && update_arena_ == nullptr && options_.update_threads >= 0) {
-    int threads = options_.update_threads;
-    if (threads == 0)
-      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
-    update_arena_ = std::make_unique<tbb::task_arena>(threads);
-  }
   struct Slot {
     SwapFuture read, grad_read, write;
     bool reading = false, writing = false;

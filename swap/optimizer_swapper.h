@@ -44,8 +44,10 @@ struct OptimizerSwapperOptions {
   // state (a SubGroupIo with grads == nullptr means "use the swapped gradients").
   bool swap_grads = false;
   // Threads for the update while the step is pipelined: it runs concurrently with the aio
-  // threads, which need a core to keep the disk busy. 0 = all cores but one (at least 1);
-  // -1 = the optimizer's own setting. The serial schedule always uses the optimizer's setting.
+  // threads, which need a core to keep the disk busy. 0 = all cores this process may use but one
+  // (at least 1); -1 = the optimizer's own setting. The serial schedule always uses the
+  // optimizer's setting, and so does an optimizer created with its own num_threads (its arena
+  // wins; Create says so in one line).
   int update_threads = 0;
   // Optional: buffers charged to Tier::kCpu and the swap file to Tier::kNvme; buffers registered
   // with `device` for DMA when it can (else mlocked).
