@@ -111,6 +111,11 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
     segs.push_back(std::move(s));
     worker_of.push_back(worker);
   };
+  auto failed = [](Status st) {
+    auto state = std::make_shared<RequestState>(1);
+    state->SegmentDone(std::move(st), 0);
+    return AioFuture(std::move(state));
+  };
   static std::atomic<uint64_t> round_robin{0};
   for (const AioRequest& r : requests) {
     if (r.size_bytes == 0) continue;
@@ -119,12 +124,9 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
     auto file = bad.ok() ? files_.Get(r.path, r.op == IoOp::kWrite)
                          : Result<std::shared_ptr<OpenFile>>(bad);
     if (!file.ok()) {
-      auto st = std::make_shared<RequestState>(1);
-      st->SegmentDone(file.status().WithContext(
-                          std::string(r.op == IoOp::kRead ? "read " : "write ") + r.path + " @ " +
-                          std::to_string(r.offset_bytes) + " (" + FormatBytes(r.size_bytes) + ")"),
-                      0);
-      return AioFuture(std::move(st));
+      return failed(file.status().WithContext(
+          std::string(r.op == IoOp::kRead ? "read " : "write ") + r.path + " @ " +
+          std::to_string(r.offset_bytes) + " (" + FormatBytes(r.size_bytes) + ")"));
     }
     const std::shared_ptr<OpenFile>& f = *file;
     auto* base = static_cast<uint8_t*>(r.buf);
@@ -138,12 +140,9 @@ AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
     }
     const uint64_t A = f->split_align;
     if (options_.block_size % A != 0) {
-      auto st = std::make_shared<RequestState>(1);
-      st->SegmentDone(InvalidArgumentError("aio block_size " + std::to_string(options_.block_size) +
-                                           " is not a multiple of the O_DIRECT alignment " +
-                                           std::to_string(A) + " of " + r.path),
-                      0);
-      return AioFuture(std::move(st));
+      return failed(InvalidArgumentError("aio block_size " + std::to_string(options_.block_size) +
+                                         " is not a multiple of the O_DIRECT alignment " +
+                                         std::to_string(A) + " of " + r.path));
     }
     const uint64_t a = (off + A - 1) / A * A, e = end / A * A;
     if (e <= a) {
