@@ -35,7 +35,12 @@ if("thread" IN_LIST STRATA_SANITIZE_LIST)
   endif()
 endif()
 find_package(nlohmann_json 3.10 REQUIRED)
-find_package(MPI COMPONENTS CXX)
+find_package(MPI COMPONENTS C CXX)
+if(MPI_FOUND)
+  set(STRATA_MPI_FOUND_INT 1)
+else()
+  set(STRATA_MPI_FOUND_INT 0)
+endif()
 
 # libaio ships neither a pkg-config file nor a CMake package on Debian.
 find_path(LIBAIO_INCLUDE_DIR libaio.h REQUIRED)
