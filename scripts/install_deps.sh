@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       liburing-dev libaio-dev libhwloc-dev libtbb-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
       libopenblas-dev libxxhash-dev fio curl xz-utils ccache
-      python3 python3-torch python3-numpy pybind11-dev python3-pybind11)
+      python3 python3-dev python3-torch python3-numpy pybind11-dev python3-pybind11)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
