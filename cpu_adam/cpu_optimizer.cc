@@ -267,10 +267,10 @@ Status CpuOptimizer::StepAt(const Hyperparams& hp, int64_t step, const StepTenso
   const internal::StepCoeffs coeffs =
       MakeCoeffs(kind_, hp, step, options.grad_scale, options_.prefetch_bytes);
   const int gi = static_cast<int>(t.grad_dtype);
-  const int ci = t.param_copy == nullptr ? static_cast<int>(internal::CopyKind::kNone)
+  const int ci = t.param_copy == nullptr ? static_cast<int>(internal::ParamCopy::kNone)
                  : t.param_copy_dtype == DType::kFloat16
-                     ? static_cast<int>(internal::CopyKind::kFloat16)
-                     : static_cast<int>(internal::CopyKind::kBFloat16);
+                     ? static_cast<int>(internal::ParamCopy::kFloat16)
+                     : static_cast<int>(internal::ParamCopy::kBFloat16);
   internal::TileFn fn = nullptr;
   switch (kind_) {
     case OptimizerKind::kAdam:

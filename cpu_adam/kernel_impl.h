@@ -39,20 +39,20 @@ inline typename S::V LoadGrad(const GradT<G>* g) {
   }
 }
 
-template <class S, CopyKind C>
+template <class S, ParamCopy C>
 inline void StoreCopy(uint16_t* out, typename S::V p) {
-  if constexpr (C == CopyKind::kFloat16) {
+  if constexpr (C == ParamCopy::kFloat16) {
     S::StoreF16(out, p);
-  } else if constexpr (C == CopyKind::kBFloat16) {
+  } else if constexpr (C == ParamCopy::kBFloat16) {
     S::StoreBf16(out, p);
   }
 }
 
 // Stores the copies of kUnroll consecutive vectors. Ops with kPairBf16 narrow two vectors to
 // bf16 with one pack and one 32-byte store (same bits as two StoreBf16 calls).
-template <class S, CopyKind C>
+template <class S, ParamCopy C>
 inline void StoreCopyBlock(uint16_t* out, const typename S::V* p) {
-  if constexpr (C == CopyKind::kBFloat16 && S::kPairBf16 && S::kUnroll == 2) {
+  if constexpr (C == ParamCopy::kBFloat16 && S::kPairBf16 && S::kUnroll == 2) {
     S::StoreBf16Pair(out, p[0], p[1]);
   } else {
     for (size_t u = 0; u < S::kUnroll; ++u) StoreCopy<S, C>(out + u * S::kWidth, p[u]);
@@ -64,11 +64,11 @@ inline void StoreCopyBlock(uint16_t* out, const typename S::V* p) {
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + (1 - beta2) * g^2
 //   p  = p * decoupled_decay - step_size * m / (sqrt(v) * bc2_rsqrt + eps)
-template <class S, DType G, CopyKind C>
+template <class S, DType G, ParamCopy C>
 struct AdamOp {
   using V = typename S::V;
   static constexpr DType kGrad = G;
-  static constexpr CopyKind kCopy = C;
+  static constexpr ParamCopy kCopy = C;
   static constexpr bool kUsesState1 = true;
   static constexpr bool kUsesState2 = true;
   struct K {
@@ -101,11 +101,11 @@ struct AdamOp {
 
 // Adagrad (PyTorch's rule, lr_decay 0). Per element:
 //   g = grad * grad_scale + l2_decay * p;  s += g^2;  p -= lr * g / (sqrt(s) + eps)
-template <class S, DType G, CopyKind C>
+template <class S, DType G, ParamCopy C>
 struct AdagradOp {
   using V = typename S::V;
   static constexpr DType kGrad = G;
-  static constexpr CopyKind kCopy = C;
+  static constexpr ParamCopy kCopy = C;
   static constexpr bool kUsesState1 = false;
   static constexpr bool kUsesState2 = true;
   struct K {
@@ -131,11 +131,11 @@ struct AdagradOp {
 // Lion. Per element:
 //   g = grad * grad_scale;  p *= decoupled_decay
 //   p -= lr * sign(beta1 * m + (1 - beta1) * g);  m = beta2 * m + (1 - beta2) * g
-template <class S, DType G, CopyKind C>
+template <class S, DType G, ParamCopy C>
 struct LionOp {
   using V = typename S::V;
   static constexpr DType kGrad = G;
-  static constexpr CopyKind kCopy = C;
+  static constexpr ParamCopy kCopy = C;
   static constexpr bool kUsesState1 = true;
   static constexpr bool kUsesState2 = false;
   struct K {
@@ -168,7 +168,7 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
   using GT = GradT<Op::kGrad>;
   constexpr size_t kW = S::kWidth;
   constexpr size_t kStep = kW * S::kUnroll;
-  constexpr bool kCopy = Op::kCopy != CopyKind::kNone;
+  constexpr bool kCopy = Op::kCopy != ParamCopy::kNone;
   const typename Op::K k(c);
   float* const p = a.params;
   const GT* const g = static_cast<const GT*>(a.grads);
@@ -195,7 +195,7 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
       if (Op::kUsesState2) S::Prefetch(s2 + f);
       block(i);
     }
-  } else if constexpr (Op::kCopy == CopyKind::kBFloat16 && S::kPairBf16) {
+  } else if constexpr (Op::kCopy == ParamCopy::kBFloat16 && S::kPairBf16) {
     for (; i + kStep <= end; i += kStep) block(i);
   }
   // Otherwise one vector per iteration: measured faster in cache than the 2x block for fp32 and
@@ -223,15 +223,15 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
   if (kCopy) std::memcpy(out + i, to, n * sizeof(uint16_t));
 }
 
-template <class S, template <class, DType, CopyKind> class Op, DType G>
-void FillRow(TileFn (&row)[kNumCopyKinds]) {
-  row[static_cast<int>(CopyKind::kNone)] = &RunRange<S, Op<S, G, CopyKind::kNone>>;
-  row[static_cast<int>(CopyKind::kFloat16)] = &RunRange<S, Op<S, G, CopyKind::kFloat16>>;
-  row[static_cast<int>(CopyKind::kBFloat16)] = &RunRange<S, Op<S, G, CopyKind::kBFloat16>>;
+template <class S, template <class, DType, ParamCopy> class Op, DType G>
+void FillRow(TileFn (&row)[kNumParamCopies]) {
+  row[static_cast<int>(ParamCopy::kNone)] = &RunRange<S, Op<S, G, ParamCopy::kNone>>;
+  row[static_cast<int>(ParamCopy::kFloat16)] = &RunRange<S, Op<S, G, ParamCopy::kFloat16>>;
+  row[static_cast<int>(ParamCopy::kBFloat16)] = &RunRange<S, Op<S, G, ParamCopy::kBFloat16>>;
 }
 
-template <class S, template <class, DType, CopyKind> class Op>
-void FillOp(TileFn (&t)[kNumGradKinds][kNumCopyKinds]) {
+template <class S, template <class, DType, ParamCopy> class Op>
+void FillOp(TileFn (&t)[kNumGradKinds][kNumParamCopies]) {
   FillRow<S, Op, DType::kFloat32>(t[static_cast<int>(DType::kFloat32)]);
   FillRow<S, Op, DType::kFloat16>(t[static_cast<int>(DType::kFloat16)]);
   FillRow<S, Op, DType::kBFloat16>(t[static_cast<int>(DType::kBFloat16)]);

@@ -26,26 +26,27 @@ struct StepCoeffs {
   size_t prefetch_bytes = 0;  // software prefetch distance on each fp32 stream; 0 = off.
 };
 
-// Optional fused copy-out of the updated parameter.
-enum class CopyKind { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
-inline constexpr int kNumGradKinds = 3;  // indexed by DType
-inline constexpr int kNumCopyKinds = 3;  // indexed by CopyKind
+// Optional fused copy-out of the updated parameter, by its element type. (Not "CopyKind": that is
+// the device layer's H2D/D2H enum in offload/device/stream.h, one name for one concept.)
+enum class ParamCopy { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
+inline constexpr int kNumGradKinds = 3;    // indexed by DType
+inline constexpr int kNumParamCopies = 3;  // indexed by ParamCopy
 
 struct KernelArgs {
   float* params = nullptr;
   const void* grads = nullptr;  // element type: the table entry's grad dtype
   float* state1 = nullptr;      // Adam/Lion exp_avg
   float* state2 = nullptr;      // Adam exp_avg_sq, Adagrad sum of squares
-  uint16_t* copy = nullptr;     // element type: the entry's copy kind
+  uint16_t* copy = nullptr;     // element type: the entry's ParamCopy
 };
 
 using TileFn = void (*)(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end);
 
 struct KernelTable {
   const char* name = "";
-  TileFn adam[kNumGradKinds][kNumCopyKinds] = {};
-  TileFn adagrad[kNumGradKinds][kNumCopyKinds] = {};
-  TileFn lion[kNumGradKinds][kNumCopyKinds] = {};
+  TileFn adam[kNumGradKinds][kNumParamCopies] = {};
+  TileFn adagrad[kNumGradKinds][kNumParamCopies] = {};
+  TileFn lion[kNumGradKinds][kNumParamCopies] = {};
 };
 
 // Defined in kernels_<isa>.cc. Only call the AVX ones after CpuSupports() said yes.

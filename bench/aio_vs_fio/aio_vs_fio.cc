@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/flags.h"
 #include "core/status.h"
 #include "core/units.h"
 
@@ -78,25 +80,25 @@ int Fail(const strata::Status& s) {
 int main(int argc, char** argv) {
   std::string dir = ".";
   uint64_t size = 4ull << 30;
-  int rounds = 1;
+  int64_t rounds = 1;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--path" && i + 1 < argc) {
-      dir = argv[++i];
-    } else if (k == "--file-size" && i + 1 < argc) {
-      auto v = strata::ParseByteSize(argv[++i]);
-      if (!v.ok()) return Fail(v.status());
-      size = *v;
-    } else if (k == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
-    } else if (k == "--json") {
-      json = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: aio_vs_fio [--path DIR] [--file-size 4G] [--rounds N] [--json]\n");
-      return 2;
-    }
+  strata::FlagParser flags("aio_vs_fio [--path DIR] [--file-size 4G] [--rounds N] [--json]");
+  flags.String("path", &dir, "directory for the test file (needs --file-size free)");
+  flags.Bytes("file-size", &size, "size of the test file");
+  flags.Int("rounds", &rounds, "ABBA rounds per row (medians over them)", 1, 1000);
+  flags.Bool("json", &json, "print one JSON document instead of the table");
+  std::vector<std::string> positional;
+  strata::Status parsed = flags.Parse(argc, argv, 1, &positional);
+  if (parsed.ok() && !positional.empty()) {
+    parsed = strata::InvalidArgumentError("unexpected argument '" + positional[0] + "'");
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "aio_vs_fio: %s\n%s\n", parsed.message().c_str(), flags.Help().c_str());
+    return 2;
   }
   if (system("fio --version >/dev/null 2>&1") != 0) {
     return Fail(strata::UnavailableError("fio is not installed (apt-get install fio)"));

@@ -58,7 +58,9 @@ void RunInterleaved(int threads, size_t n, size_t tile_numel,
 void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, unsigned seed) {
   std::vector<int> groups;
   for (const Variant& v : variants) {
-    if (std::find(groups.begin(), groups.end(), v.group) == groups.end()) groups.push_back(v.group);
+    if (v.enabled && std::find(groups.begin(), groups.end(), v.group) == groups.end()) {
+      groups.push_back(v.group);
+    }
   }
   std::mt19937 rng(seed);
   for (int r = 0; r < warmup + rounds; ++r) {
@@ -67,7 +69,7 @@ void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, 
     for (int g : groups) {
       for (size_t k = 0; k < variants.size(); ++k) {
         Variant& v = variants[reverse ? variants.size() - 1 - k : k];
-        if (v.group != g) continue;
+        if (v.group != g || !v.enabled) continue;
         const auto t0 = std::chrono::steady_clock::now();
         v.run();
         const auto t1 = std::chrono::steady_clock::now();

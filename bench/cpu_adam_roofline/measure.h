@@ -21,23 +21,29 @@ void RunSplit(int threads, bool pin, size_t n, const std::function<void(size_t, 
 void RunInterleaved(int threads, size_t n, size_t tile_numel,
                     const std::function<void(size_t, size_t)>& fn);
 
+// Which bytes a variant moves: fp32 grads, or bf16 grads + a fused bf16 copy-out.
+enum class Mix { kFp32, kBf16 };
+
 struct Variant {
-  std::string name;
-  std::string mix;  // "fp32" or "bf16" (bf16 grads + fused bf16 copy-out)
+  std::string name;  // display only: nothing looks a variant up by its name
+  Mix mix = Mix::kFp32;
   int threads = 1;
   std::function<void()> run;
   std::vector<double> seconds;  // one per measured round
   // Variants of one group always run back to back; compare only within a group (see below).
   int group = 0;
-  // The plain-loop variant its "vs plain" ratio pairs with (a neighbour in the same group).
-  std::string plain_ref;
+  // Index (in the same vector) of the plain-loop twin its "vs plain" ratio pairs with, a
+  // neighbour in the same group; -1: the default plain loop of its thread count.
+  int plain_ref = -1;
+  // False when --filter left it out: not run, and comparisons with it are absent (NaN).
+  bool enabled = true;
 };
 
-// `warmup` unmeasured rounds, then `rounds` measured ones. Each round runs the groups in an
-// order shuffled afresh (seeded: reproducible), and each group's members forward in even rounds
-// and backward in odd ones. Memory bandwidth on a shared VM moves in phases of seconds, so a
-// fixed order would bias variants by their place in the round; shuffling groups turns that bias
-// into noise, and keeping a group together keeps its members' paired ratios tight.
+// `warmup` unmeasured rounds, then `rounds` measured ones, of the enabled variants. Each round runs
+// the groups in an order shuffled afresh (seeded: reproducible), and each group's members forward
+// in even rounds and backward in odd ones. Memory bandwidth on a shared VM moves in phases of
+// seconds, so a fixed order would bias variants by their place in the round; shuffling groups turns
+// that bias into noise, and keeping a group together keeps its members' paired ratios tight.
 void MeasureInterleaved(std::vector<Variant>& variants, int rounds, int warmup, unsigned seed);
 
 double Median(std::vector<double> v);

@@ -17,8 +17,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/flags.h"
 #include "core/units.h"
 #include "offload/device/registry.h"
 #include "offload/pinned_pool.h"
@@ -29,12 +31,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  size_t size = size_t{64} << 20;
-  size_t total = size_t{1} << 30;
+  uint64_t size = uint64_t{64} << 20;
+  uint64_t total = uint64_t{1} << 30;
   // Link speeds to pace at, GB/s; 0 = auto: half this machine's memcpy speed, a link the host
   // can emulate (pacing cannot make a copy faster than memmove on one core).
   std::vector<double> links = {25, 0};
-  int rounds = 5;
+  int64_t rounds = 5;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -51,28 +53,46 @@ void Check(const Status& s, const char* what) {
   if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
 }
 
+// "25,0" -> {25, 0}; every item a number >= 0.
+Status ParseLinks(std::string_view text, std::vector<double>* links) {
+  links->clear();
+  for (size_t pos = 0; pos <= text.size();) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item(text.substr(pos, comma - pos));
+    char* end = nullptr;
+    const double gbps = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(gbps >= 0)) {
+      return InvalidArgumentError("--link " + std::string(text) + ": '" + item +
+                                  "' is not a bandwidth in GB/s >= 0 (0 = auto)");
+    }
+    links->push_back(gbps);
+    pos = comma + 1;
+  }
+  return Status::Ok();
+}
+
 Args Parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (i + 1 >= argc) Die("missing value for " + k);
-    std::string v = argv[++i];
-    if (k == "--size") {
-      a.size = Check(ParseByteSize(v), "--size");
-    } else if (k == "--total") {
-      a.total = Check(ParseByteSize(v), "--total");
-    } else if (k == "--link") {
-      a.links.clear();
-      for (size_t pos = 0; pos <= v.size();) {
-        const size_t comma = std::min(v.find(',', pos), v.size());
-        a.links.push_back(std::atof(v.substr(pos, comma - pos).c_str()));
-        pos = comma + 1;
-      }
-    } else if (k == "--rounds") {
-      a.rounds = std::max(1, std::atoi(v.c_str()));
-    } else {
-      Die("unknown option " + k + " (--size, --total, --link, --rounds)");
-    }
+  FlagParser flags(
+      "device_copy [--size BYTES] [--total BYTES] [--link GBPS[,GBPS...]] [--rounds R]");
+  flags.Bytes("size", &a.size, "bytes per copy");
+  flags.Bytes("total", &a.total, "bytes copied per measurement");
+  flags.Custom(
+      "link", "GBPS[,GBPS...]", [&a](std::string_view v) { return ParseLinks(v, &a.links); },
+      "link speeds to pace at (default 25,0; 0 = half the memcpy probe)");
+  flags.Int("rounds", &a.rounds, "measurements per figure (median)", 1, 1000);
+  std::vector<std::string> positional;
+  Status s = flags.Parse(argc, argv, 1, &positional);
+  if (s.ok() && !positional.empty()) {
+    s = InvalidArgumentError("unexpected argument '" + positional[0] + "'");
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    std::exit(0);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "device_copy: %s\n%s\n", s.message().c_str(), flags.Help().c_str());
+    std::exit(2);
   }
   if (a.size == 0 || a.total < a.size) Die("need 0 < --size <= --total");
   return a;
@@ -121,7 +141,8 @@ int Main(int argc, char** argv) {
   std::memset(h0.data(), 1, a.size);
   std::memset(h1.data(), 2, a.size);
   std::printf("device_copy: %s copies, %s per measurement, %d rounds\n",
-              FormatBytes(a.size).c_str(), FormatBytes(a.total).c_str(), a.rounds);
+              FormatBytes(a.size).c_str(), FormatBytes(a.total).c_str(),
+              static_cast<int>(a.rounds));
   std::printf("host buffers: %s\n", pool->Describe().c_str());
 
   auto make_device = [&](double link) {

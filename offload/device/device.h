@@ -8,7 +8,10 @@
 //
 // Thread safety: every method may be called concurrently from any thread unless it says
 // otherwise. Ownership: the Device owns all device memory, streams and event state it hands out;
-// it must outlive every Stream, Event and pointer obtained from it.
+// it must outlive every Stream, Event and pointer obtained from it. A handle of another device (or
+// an empty one) is InvalidArgument; a backend looks ids up in its own tables, never casts them to
+// pointers, so an id it did not hand out is InvalidArgument too, and a destroyed stream is
+// FailedPrecondition.
 //
 // Note [Stream errors]
 // Enqueue calls (CopyAsync, LaunchHostFunc, LaunchKernel, EventRecord, StreamWaitEvent,
@@ -89,7 +92,8 @@ class Device {
   // --- Streams ----------------------------------------------------------------------------------
   virtual Result<Stream> CreateStream(const StreamOptions& options = {}) = 0;
   // Waits for the stream's work, then releases it; returns the stream's sticky error, if any.
-  // Later use of the handle returns FailedPrecondition (HostDevice) or is undefined (CUDA).
+  // Later use of the handle, including a second DestroyStream, returns FailedPrecondition. The
+  // caller makes sure no other thread is still enqueueing on it.
   virtual Status DestroyStream(const Stream& stream) = 0;
 
   // Enqueues a copy; `kind` says which side of each pointer is device memory. Zero bytes is a
@@ -120,6 +124,8 @@ class Device {
 
  protected:
   friend class Event;
+  // The passkey that lets a backend mint Stream and Event handles (stream.h).
+  static DeviceHandleKey HandleKey() { return DeviceHandleKey(); }
   // Called by ~Event. Never fails; safe while work recorded on the event is pending.
   virtual void DestroyEvent(uint64_t event_id) = 0;
 };

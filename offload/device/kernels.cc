@@ -81,8 +81,8 @@ Status ValidateKernelLaunch(const KernelLaunch& k) {
   return bad("unknown op");
 }
 
-Status LaunchCast(const Stream& stream, const void* src, DType src_dtype, void* dst,
-                  DType dst_dtype, size_t numel) {
+Status LaunchCast(const Stream& stream, void* dst, DType dst_dtype, const void* src,
+                  DType src_dtype, size_t numel) {
   KernelLaunch k;
   k.op = KernelOp::kCast;
   k.numel = numel;
@@ -93,7 +93,7 @@ Status LaunchCast(const Stream& stream, const void* src, DType src_dtype, void* 
   return Enqueue(stream, k);
 }
 
-Status LaunchScale(const Stream& stream, const void* src, void* dst, DType dtype, float alpha,
+Status LaunchScale(const Stream& stream, void* dst, DType dtype, const void* src, float alpha,
                    size_t numel) {
   KernelLaunch k;
   k.op = KernelOp::kScale;
@@ -106,8 +106,8 @@ Status LaunchScale(const Stream& stream, const void* src, void* dst, DType dtype
   return Enqueue(stream, k);
 }
 
-Status LaunchAdd(const Stream& stream, const void* a, const void* b, DType b_dtype, float alpha,
-                 void* dst, DType dtype, size_t numel) {
+Status LaunchAdd(const Stream& stream, void* dst, DType dtype, const void* a, const void* b,
+                 DType b_dtype, float alpha, size_t numel) {
   KernelLaunch k;
   k.op = KernelOp::kAdd;
   k.numel = numel;
@@ -131,8 +131,8 @@ Status LaunchFill(const Stream& stream, void* dst, DType dtype, float value, siz
   return Enqueue(stream, k);
 }
 
-Status LaunchCheckFinite(const Stream& stream, const void* src, DType dtype, size_t numel,
-                         uint32_t* flag) {
+Status LaunchCheckFinite(const Stream& stream, uint32_t* flag, const void* src, DType dtype,
+                         size_t numel) {
   KernelLaunch k;
   k.op = KernelOp::kCheckFinite;
   k.numel = numel;
@@ -142,8 +142,8 @@ Status LaunchCheckFinite(const Stream& stream, const void* src, DType dtype, siz
   return Enqueue(stream, k);
 }
 
-Status LaunchL2NormPartials(const Stream& stream, const void* src, DType dtype, size_t numel,
-                            float* partials, size_t num_partials) {
+Status LaunchL2NormPartials(const Stream& stream, float* partials, size_t num_partials,
+                            const void* src, DType dtype, size_t numel) {
   KernelLaunch k;
   k.op = KernelOp::kL2NormPartials;
   k.numel = numel;

@@ -12,6 +12,11 @@
 // that was never recorded counts as complete. Re-recording moves it to the new point; a wait
 // already enqueued keeps waiting for the point recorded at the time of the Wait call.
 //
+// Only a backend mints handles (c10's `Stream(Unsafe, ...)`, as a passkey): the constructors take
+// a DeviceHandleKey that only Device and its subclasses can make, so no caller invents a stream
+// or event id. The id means something only to the device that made it; backends look it up in
+// their own tables and refuse one they never handed out.
+//
 // Errors: enqueue calls return an error only for bad arguments or a destroyed stream; a failure
 // of the work itself is reported, as a Status, by Synchronize/Query on the stream and on every
 // event recorded after it (see Note [Stream errors] in device.h). Nothing throws.
@@ -42,10 +47,20 @@ struct EventOptions {
   bool timing = true;
 };
 
+// The passkey for the handle constructors below: only Device (for its backends, through
+// Device::HandleKey()) can make one.
+class DeviceHandleKey {
+ private:
+  friend class Device;
+  DeviceHandleKey() = default;
+};
+
 class Stream {
  public:
+  // An empty handle (valid() is false); every call on it is FailedPrecondition.
   Stream() = default;
-  Stream(Device* device, uint64_t id) : device_(device), id_(id) {}
+  // For backends: `id` is the backend's own name for the queue.
+  Stream(DeviceHandleKey, Device* device, uint64_t id) : device_(device), id_(id) {}
 
   Device* device() const { return device_; }
   uint64_t id() const { return id_; }
@@ -73,7 +88,8 @@ class Stream {
 class Event {
  public:
   Event() = default;
-  Event(Device* device, uint64_t id) : device_(device), id_(id) {}
+  // For backends: the Event releases `id` through Device::DestroyEvent when it dies.
+  Event(DeviceHandleKey, Device* device, uint64_t id) : device_(device), id_(id) {}
   Event(Event&& o) noexcept
       : device_(std::exchange(o.device_, nullptr)), id_(std::exchange(o.id_, 0)) {}
   Event& operator=(Event&& o) noexcept;

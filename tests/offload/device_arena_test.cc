@@ -1,6 +1,7 @@
 // HostDevice's device-memory arena: out-of-memory text, best fit, coalescing, accounting.
 #include "offload/device/host/device_arena.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,12 +9,17 @@
 #include <random>
 
 #include "offload/device/registry.h"
+#include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
 namespace {
 
 using internal::DeviceArena;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::IsOk;
+using testing::StatusIs;
 
 std::unique_ptr<DeviceArena> MakeArena(size_t bytes) {
   DeviceArena::Options o;
@@ -46,12 +52,15 @@ TEST(DeviceArenaTest, SaysFragmentedWhenFreeBytesSufficeButNoBlockDoes) {
   auto arena = MakeArena(size_t{1} << 20);
   std::vector<void*> blocks;
   for (int i = 0; i < 8; ++i) blocks.push_back(*arena->Allocate(128 << 10));
-  EXPECT_FALSE(arena->Allocate(1).ok());
+  EXPECT_THAT(
+      arena->Allocate(1),
+      StatusIs(StatusCode::kOutOfMemory, AllOf(HasSubstr("out of memory on tier device: asked 1 B"),
+                                               HasSubstr("free 0 B of 1 MiB"))));
   for (int i = 0; i < 8; i += 2) ASSERT_TRUE(arena->Free(blocks[i]).ok());
-  auto big = arena->Allocate(256 << 10);
-  ASSERT_FALSE(big.ok());
-  EXPECT_NE(std::string::npos, big.status().message().find("largest free block 128 KiB"));
-  EXPECT_NE(std::string::npos, big.status().message().find("(fragmented)"));
+  EXPECT_THAT(arena->Allocate(256 << 10),
+              StatusIs(StatusCode::kOutOfMemory,
+                       AllOf(HasSubstr("asked 256 KiB"), HasSubstr("free 512 KiB of 1 MiB"),
+                             HasSubstr("largest free block 128 KiB (fragmented)"))));
   EXPECT_EQ(4u, arena->free_block_count());
   // Freeing the odd blocks coalesces everything back into one block.
   for (int i = 1; i < 8; i += 2) ASSERT_TRUE(arena->Free(blocks[i]).ok());
@@ -85,7 +94,8 @@ TEST(DeviceArenaTest, RandomAllocFreeKeepsBlocksDisjointAndCoalescesToOne) {
       const size_t n = 1 + rng() % (64 << 10);
       auto p = arena->Allocate(n);
       if (!p.ok()) {
-        ASSERT_EQ(StatusCode::kOutOfMemory, p.status().code());
+        ASSERT_THAT(p,
+                    StatusIs(StatusCode::kOutOfMemory, HasSubstr("out of memory on tier device")));
         continue;
       }
       const auto addr = reinterpret_cast<uintptr_t>(*p);
@@ -121,10 +131,13 @@ TEST(DeviceArenaTest, RejectsDoubleFreeAndForeignPointers) {
   auto arena = MakeArena(size_t{1} << 20);
   void* p = *arena->Allocate(100);
   ASSERT_TRUE(arena->Free(p).ok());
-  EXPECT_EQ(StatusCode::kInvalidArgument, arena->Free(p).code());
+  EXPECT_THAT(arena->Free(p), StatusIs(StatusCode::kInvalidArgument,
+                                       HasSubstr("device free: pointer is not a live device "
+                                                 "allocation (double free or foreign pointer)")));
   int local = 0;
-  EXPECT_EQ(StatusCode::kInvalidArgument, arena->Free(&local).code());
-  EXPECT_TRUE(arena->Free(nullptr).ok());
+  EXPECT_THAT(arena->Free(&local),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("not a live device allocation")));
+  EXPECT_THAT(arena->Free(nullptr), IsOk());
 }
 
 }  // namespace

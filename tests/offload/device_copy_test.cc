@@ -1,14 +1,20 @@
 // Copies of random data round-trip exactly on every device, alone and on concurrent streams.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <thread>
 
 #include "tests/offload/device_fixture.h"
+#include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
+using testing::IsOk;
+using testing::StatusIs;
 
 class DeviceCopyTest : public testing::DeviceTest {};
 
@@ -73,15 +79,18 @@ TEST_P(DeviceCopyTest, HostDeviceRejectsCopiesWhoseKindDoesNotMatchThePointers) 
   if (device_->kind() != DeviceKind::kHost) GTEST_SKIP() << "pointer checks are HostDevice's";
   std::vector<uint8_t> host(64);
   void* d = Alloc(64);
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            stream_.CopyAsync(host.data(), host.data(), 64, CopyKind::kHostToDevice).code());
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            stream_.CopyAsync(d, d, 64, CopyKind::kDeviceToHost).code());
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            stream_.CopyAsync(d, d, 64, CopyKind::kHostToDevice).code());  // src is device
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            stream_.CopyAsync(d, nullptr, 64, CopyKind::kHostToDevice).code());
-  EXPECT_TRUE(stream_.Synchronize().ok());
+  EXPECT_THAT(stream_.CopyAsync(host.data(), host.data(), 64, CopyKind::kHostToDevice),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("H2D copy of 64 B: dst is not device memory")));
+  EXPECT_THAT(
+      stream_.CopyAsync(d, d, 64, CopyKind::kDeviceToHost),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("D2H copy of 64 B: dst is device memory")));
+  EXPECT_THAT(
+      stream_.CopyAsync(d, d, 64, CopyKind::kHostToDevice),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("H2D copy of 64 B: src is device memory")));
+  EXPECT_THAT(stream_.CopyAsync(d, nullptr, 64, CopyKind::kHostToDevice),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("H2D copy: src is null")));
+  EXPECT_THAT(stream_.Synchronize(), IsOk());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDevices, DeviceCopyTest,

@@ -5,25 +5,32 @@
 //   scale: |got - ref| <= (u_dst + 2 u_f32) |ref| + subnormal floor (fp32 product, then rounding);
 //   add:   |got - ref| <= (u_dst + 2 u_f32) (|a| + |alpha b|) + floor (CUDA may fuse into FMA);
 //   L2 partial sums: relative 1e-5 (fp32 accumulation on the GPU; the host sums in double).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 
 #include "offload/device/kernels.h"
 #include "tests/offload/device_fixture.h"
 #include "tests/offload/reference.h"
 #include "tests/offload/typed_data.h"
+#include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
 namespace {
 
 using testing::AbsoluteFloor;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::IsOk;
 using testing::RandomTensor;
 using testing::RefRoundTo;
+using testing::StatusIs;
 using testing::UnitRoundoff;
 using testing::ValueAt;
 
@@ -55,7 +62,7 @@ TEST_P(DeviceKernelsTest, CastMatchesReferenceForEveryTypePair) {
         auto src = RandomTensor(s, n, ++seed);
         void* dsrc = UploadBytes(src);
         void* ddst = Alloc(n * DTypeBytes(d));
-        ASSERT_TRUE(LaunchCast(stream_, dsrc, s, ddst, d, n).ok());
+        ASSERT_TRUE(LaunchCast(stream_, ddst, d, dsrc, s, n).ok());
         auto out = DownloadBytes(ddst, n * DTypeBytes(d));
         for (size_t i = 0; i < n; ++i) {
           ExpectExact(RefRoundTo(d, ValueAt(s, src, i)), ValueAt(d, out, i),
@@ -90,7 +97,7 @@ TEST_P(DeviceKernelsTest, CastHandlesNanInfOverflowAndSubnormals) {
   float* dsrc = Upload(host);
   for (DType d : {DType::kFloat16, DType::kBFloat16}) {
     void* ddst = Alloc(n * 2);
-    ASSERT_TRUE(LaunchCast(stream_, dsrc, DType::kFloat32, ddst, d, n).ok());
+    ASSERT_TRUE(LaunchCast(stream_, ddst, d, dsrc, DType::kFloat32, n).ok());
     auto out = DownloadBytes(ddst, n * 2);
     for (size_t i = 0; i < n; ++i) {
       const double got = ValueAt(d, out, i);
@@ -111,15 +118,16 @@ TEST_P(DeviceKernelsTest, ScaleMatchesReference) {
         auto src = RandomTensor(t, n, ++seed);
         void* dsrc = UploadBytes(src);
         void* ddst = Alloc(n * DTypeBytes(t));
-        ASSERT_TRUE(LaunchScale(stream_, dsrc, ddst, t, alpha, n).ok());
-        ASSERT_TRUE(LaunchScale(stream_, dsrc, dsrc, t, alpha, n).ok());  // in place
+        ASSERT_TRUE(LaunchScale(stream_, ddst, t, dsrc, alpha, n).ok());
+        ASSERT_TRUE(LaunchScale(stream_, dsrc, t, dsrc, alpha, n).ok());  // in place
         auto out = DownloadBytes(ddst, n * DTypeBytes(t));
         auto in_place = DownloadBytes(dsrc, n * DTypeBytes(t));
         EXPECT_EQ(out, in_place);
         for (size_t i = 0; i < n; ++i) {
           const double ref = static_cast<double>(alpha) * ValueAt(t, src, i);
           const double tol =
-              (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kFloat32)) * std::fabs(ref) + AbsoluteFloor(t);
+              (UnitRoundoff(t) + 2 * UnitRoundoff(DType::kFloat32)) * std::fabs(ref) +
+              AbsoluteFloor(t);
           ASSERT_NEAR(ref, ValueAt(t, out, i), tol) << DTypeName(t) << " alpha " << alpha;
         }
       }
@@ -138,8 +146,8 @@ TEST_P(DeviceKernelsTest, AddMatchesReferenceWithMixedTypes) {
           void* da = UploadBytes(a);
           void* db = UploadBytes(b);
           void* ddst = Alloc(n * DTypeBytes(t));
-          ASSERT_TRUE(LaunchAdd(stream_, da, db, bt, alpha, ddst, t, n).ok());
-          ASSERT_TRUE(LaunchAdd(stream_, da, db, bt, alpha, da, t, n).ok());  // accumulate
+          ASSERT_TRUE(LaunchAdd(stream_, ddst, t, da, db, bt, alpha, n).ok());
+          ASSERT_TRUE(LaunchAdd(stream_, da, t, da, db, bt, alpha, n).ok());  // accumulate
           auto out = DownloadBytes(ddst, n * DTypeBytes(t));
           EXPECT_EQ(out, DownloadBytes(da, n * DTypeBytes(t)));
           for (size_t i = 0; i < n; ++i) {
@@ -182,15 +190,15 @@ TEST_P(DeviceKernelsTest, CheckFiniteFlagsOnlyInfOrNanAndNeverClears) {
       uint32_t* flag = static_cast<uint32_t*>(Alloc(sizeof(uint32_t)));
       const uint32_t zero = 0;
       ASSERT_TRUE(stream_.CopyAsync(flag, &zero, 4, CopyKind::kHostToDevice).ok());
-      ASSERT_TRUE(LaunchCheckFinite(stream_, dclean, t, n, flag).ok());
+      ASSERT_TRUE(LaunchCheckFinite(stream_, flag, dclean, t, n).ok());
       EXPECT_EQ(0u, Download(flag, 1)[0]) << DTypeName(t) << " n=" << n;
       for (float bad : {NAN, INFINITY, -INFINITY}) {
         auto dirty = clean;
         testing::SetValue(t, dirty, rng() % n, bad);
         void* ddirty = UploadBytes(dirty);
         ASSERT_TRUE(stream_.CopyAsync(flag, &zero, 4, CopyKind::kHostToDevice).ok());
-        ASSERT_TRUE(LaunchCheckFinite(stream_, ddirty, t, n, flag).ok());
-        ASSERT_TRUE(LaunchCheckFinite(stream_, dclean, t, n, flag).ok());  // must not clear
+        ASSERT_TRUE(LaunchCheckFinite(stream_, flag, ddirty, t, n).ok());
+        ASSERT_TRUE(LaunchCheckFinite(stream_, flag, dclean, t, n).ok());  // must not clear
         EXPECT_EQ(1u, Download(flag, 1)[0]) << DTypeName(t) << " n=" << n << " bad=" << bad;
       }
     }
@@ -205,7 +213,7 @@ TEST_P(DeviceKernelsTest, L2NormPartialsMatchReference) {
         auto src = RandomTensor(t, n, ++seed);
         void* dsrc = UploadBytes(src);
         float* dparts = static_cast<float*>(Alloc(parts * sizeof(float)));
-        ASSERT_TRUE(LaunchL2NormPartials(stream_, dsrc, t, n, dparts, parts).ok());
+        ASSERT_TRUE(LaunchL2NormPartials(stream_, dparts, parts, dsrc, t, n).ok());
         auto got = Download(dparts, parts);
         const size_t chunk = L2ChunkNumel(n, parts);
         for (size_t p = 0; p < parts; ++p) {
@@ -222,18 +230,47 @@ TEST_P(DeviceKernelsTest, L2NormPartialsMatchReference) {
 
 TEST_P(DeviceKernelsTest, RejectsBadArgumentsAtLaunch) {
   void* d = Alloc(64);
-  EXPECT_EQ(StatusCode::kInvalidArgument, LaunchFill(stream_, nullptr, DType::kFloat32, 0, 4).code());
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            LaunchFill(stream_, static_cast<char*>(d) + 1, DType::kFloat32, 0, 4).code());
-  EXPECT_EQ(StatusCode::kInvalidArgument,
-            LaunchL2NormPartials(stream_, d, DType::kFloat32, 4, static_cast<float*>(d), 0).code());
-  EXPECT_TRUE(LaunchFill(stream_, nullptr, DType::kFloat32, 0, 0).ok());  // numel 0: no-op
+  EXPECT_THAT(LaunchFill(stream_, nullptr, DType::kFloat32, 0, 4),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("fill: dst is null")));
+  EXPECT_THAT(LaunchFill(stream_, static_cast<char*>(d) + 1, DType::kFloat32, 0, 4),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("fill: dst is not aligned to 4 bytes (fp32)")));
+  EXPECT_THAT(
+      LaunchL2NormPartials(stream_, static_cast<float*>(d), 0, d, DType::kFloat32, 4),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("l2norm_partials: num_partials is 0")));
+  EXPECT_THAT(LaunchCheckFinite(stream_, nullptr, d, DType::kFloat32, 4),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("check_finite: flag is null")));
+  EXPECT_THAT(LaunchAdd(stream_, d, DType::kFloat32, d, nullptr, DType::kBFloat16, 1, 4),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("add: b is null")));
+  EXPECT_THAT(LaunchFill(Stream(), d, DType::kFloat32, 0, 4),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("fill: empty stream handle")));
+  EXPECT_THAT(LaunchFill(stream_, nullptr, DType::kFloat32, 0, 0), IsOk());  // numel 0: no-op
   if (device_->kind() == DeviceKind::kHost) {
     std::vector<float> host(4);  // host memory is not device memory
-    EXPECT_EQ(StatusCode::kInvalidArgument,
-              LaunchFill(stream_, host.data(), DType::kFloat32, 0, 4).code());
+    EXPECT_THAT(LaunchFill(stream_, host.data(), DType::kFloat32, 0, 4),
+                StatusIs(StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("fill: dst"), HasSubstr("is not device memory"))));
   }
-  EXPECT_TRUE(stream_.Synchronize().ok());
+  EXPECT_THAT(stream_.Synchronize(), IsOk());
+}
+
+// One argument order for every launch: the stream, the output first (as in CopyAsync), then the
+// inputs, scalars and numel (kernels.h). Checked on the types, so a reorder is a test failure.
+TEST(DeviceKernelSignaturesTest, PutTheOutputFirstEverywhere) {
+  EXPECT_TRUE((std::is_same_v<decltype(&LaunchCast), Status (*)(const Stream&, void*, DType,
+                                                                const void*, DType, size_t)>));
+  EXPECT_TRUE((std::is_same_v<decltype(&LaunchScale), Status (*)(const Stream&, void*, DType,
+                                                                 const void*, float, size_t)>));
+  EXPECT_TRUE(
+      (std::is_same_v<decltype(&LaunchAdd), Status (*)(const Stream&, void*, DType, const void*,
+                                                       const void*, DType, float, size_t)>));
+  EXPECT_TRUE((std::is_same_v<decltype(&LaunchFill),
+                              Status (*)(const Stream&, void*, DType, float, size_t)>));
+  EXPECT_TRUE((std::is_same_v<decltype(&LaunchCheckFinite),
+                              Status (*)(const Stream&, uint32_t*, const void*, DType, size_t)>));
+  EXPECT_TRUE(
+      (std::is_same_v<decltype(&LaunchL2NormPartials),
+                      Status (*)(const Stream&, float*, size_t, const void*, DType, size_t)>));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDevices, DeviceKernelsTest,

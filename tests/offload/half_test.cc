@@ -64,7 +64,8 @@ TEST(HalfTest, EncodesRandomFloatsLikeTheReference) {
     const uint32_t bits = static_cast<uint32_t>(rng());
     const float f = std::bit_cast<float>(bits);
     ExpectSameValue(RefRoundTo(DType::kFloat16, f), Fp16ToFloat(FloatToFp16(f)), "f32->fp16", bits);
-    ExpectSameValue(RefRoundTo(DType::kBFloat16, f), Bf16ToFloat(FloatToBf16(f)), "f32->bf16", bits);
+    ExpectSameValue(RefRoundTo(DType::kBFloat16, f), Bf16ToFloat(FloatToBf16(f)), "f32->bf16",
+                    bits);
     if (::testing::Test::HasFailure()) break;
   }
 }

@@ -1,22 +1,27 @@
 // TierBudget accounting: limits, OOM text, peaks, RAII reservations, concurrency.
 #include "offload/tier_budget.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
+#include "tests/support/status_matchers.h"
+
 namespace strata {
 namespace {
+
+using ::testing::Eq;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 TEST(TierTest, ParsesNamesAndRejectsOthers) {
   for (Tier t : kAllTiers) EXPECT_EQ(t, *ParseTier(TierName(t)));
-  auto bad = ParseTier("gpu");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ("InvalidArgument: unknown tier 'gpu' (allowed: device, cpu, nvme)",
-            bad.status().ToString());
+  EXPECT_THAT(ParseTier("gpu"), StatusIs(StatusCode::kInvalidArgument,
+                                         Eq("unknown tier 'gpu' (allowed: device, cpu, nvme)")));
 }
 
 TEST(TierBudgetTest, TracksCurrentPeakAndCountsPerTier) {
@@ -41,16 +46,16 @@ TEST(TierBudgetTest, TracksCurrentPeakAndCountsPerTier) {
 TEST(TierBudgetTest, RefusesOverLimitWithTierAskedAndFree) {
   TierBudget budget({TierBudget::kUnlimited, 8 * kMiB, TierBudget::kUnlimited});
   ASSERT_TRUE(budget.Reserve(Tier::kCpu, 6 * kMiB).ok());
-  Status s = budget.Reserve(Tier::kCpu, 3 * kMiB, "optimizer state sub-group 3");
-  EXPECT_EQ(StatusCode::kOutOfMemory, s.code());
-  EXPECT_EQ(
-      "OutOfMemory: out of memory on tier cpu: asked 3 MiB for optimizer state sub-group 3, free "
-      "2 MiB of 8 MiB limit (in use 6 MiB, peak 6 MiB)",
-      s.ToString());
+  EXPECT_THAT(budget.Reserve(Tier::kCpu, 3 * kMiB, "optimizer state sub-group 3"),
+              StatusIs(StatusCode::kOutOfMemory,
+                       Eq("out of memory on tier cpu: asked 3 MiB for optimizer state sub-group "
+                          "3, free 2 MiB of 8 MiB limit (in use 6 MiB, peak 6 MiB)")));
   EXPECT_EQ(6 * kMiB, budget.Stats(Tier::kCpu).current_bytes);  // nothing counted
   EXPECT_EQ(1u, budget.Stats(Tier::kCpu).oom_count);
   EXPECT_TRUE(budget.Reserve(Tier::kCpu, 2 * kMiB).ok());  // exactly full is fine
-  EXPECT_FALSE(budget.Reserve(Tier::kCpu, 1).ok());
+  EXPECT_THAT(budget.Reserve(Tier::kCpu, 1),
+              StatusIs(StatusCode::kOutOfMemory,
+                       HasSubstr("out of memory on tier cpu: asked 1 B, free 0 B")));
 }
 
 TEST(TierBudgetTest, ReservationReleasesOnDestructionAndMove) {

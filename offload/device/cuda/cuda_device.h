@@ -27,4 +27,15 @@ Result<int> CudaDeviceCount();
 // Unavailable when there is no (such) GPU.
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options);
 
+// For the CUDA backends of higher layers (nn/cuda enqueues cuBLAS calls and kernels on the op's
+// stream): makes `stream`'s GPU current on the calling thread and returns its cudaStream_t (as
+// void*, so this header stays CUDA-free) and the GPU's ordinal. InvalidArgument if `stream` is
+// empty or not a CudaDevice stream, FailedPrecondition if it was destroyed. The cudaStream_t is
+// valid until DestroyStream; do not destroy or re-prioritise it.
+struct CudaNativeStream {
+  void* stream = nullptr;
+  int ordinal = 0;
+};
+Result<CudaNativeStream> CudaNativeStreamOf(const Stream& stream);
+
 }  // namespace strata

@@ -57,7 +57,7 @@ class HostDevice final : public Device {
 
   ~HostDevice() override {
     std::lock_guard lock(streams_mu_);
-    for (auto& s : streams_) s->Shutdown().IgnoreError();
+    for (auto& s : streams_) s.stream->Shutdown().IgnoreError();
   }
 
   DeviceKind kind() const override { return DeviceKind::kHost; }
@@ -84,15 +84,22 @@ class HostDevice final : public Device {
   Result<Stream> CreateStream(const StreamOptions& options) override {
     HostStream::Env env{&h2d_, &d2h_, &d2d_, arena_.get()};
     std::lock_guard lock(streams_mu_);
+    const uint64_t id = streams_.size();  // the stream's index in streams_
     streams_.push_back(
-        std::make_unique<HostStream>(env, options_.queue_depth, streams_.size(), options.priority));
-    return Stream(this, reinterpret_cast<uint64_t>(streams_.back().get()));
+        {std::make_unique<HostStream>(env, options_.queue_depth, id, options.priority), false});
+    return Stream(HandleKey(), this, id);
   }
 
   Status DestroyStream(const Stream& stream) override {
-    STRATA_ASSIGN_OR_RETURN(HostStream * s, StreamOf(stream, "DestroyStream"));
-    // The HostStream object stays alive until the device dies, so stale handles and events that
-    // point at it get FailedPrecondition / a completed state instead of a dangling pointer.
+    HostStream* s;
+    {
+      std::lock_guard lock(streams_mu_);
+      STRATA_ASSIGN_OR_RETURN(StreamEntry * e, EntryOf(stream, "DestroyStream"));
+      e->destroyed = true;  // from now on the handle is refused, so this runs once per stream
+      s = e->stream.get();
+    }
+    // The HostStream object stays alive until the device dies: events recorded on it still find a
+    // completed state instead of a dangling pointer.
     return s->Shutdown();
   }
 
@@ -157,7 +164,9 @@ class HostDevice final : public Device {
     std::vector<HostStream*> all;
     {
       std::lock_guard lock(streams_mu_);
-      for (auto& s : streams_) all.push_back(s.get());
+      for (auto& s : streams_) {
+        if (!s.destroyed) all.push_back(s.stream.get());  // live streams only
+      }
     }
     Status first;
     for (HostStream* s : all) {
@@ -169,16 +178,19 @@ class HostDevice final : public Device {
 
   Result<Event> CreateEvent(const EventOptions& options) override {
     std::lock_guard lock(events_mu_);
-    EventSlot* slot;
+    uint64_t id;
     if (!free_slots_.empty()) {
-      slot = free_slots_.back();
+      id = free_slots_.back();
       free_slots_.pop_back();
     } else {
-      slot = &slots_.emplace_back();
+      id = slots_.size();
+      slots_.emplace_back();
     }
-    std::lock_guard slot_lock(slot->mu);
-    slot->timing = options.timing;
-    return Event(this, reinterpret_cast<uint64_t>(slot));
+    EventSlot& slot = slots_[id];
+    slot.in_use = true;
+    std::lock_guard slot_lock(slot.mu);
+    slot.timing = options.timing;
+    return Event(HandleKey(), this, id);
   }
 
   Status EventRecord(const Event& event, const Stream& stream) override {
@@ -225,31 +237,63 @@ class HostDevice final : public Device {
 
  protected:
   void DestroyEvent(uint64_t event_id) override {
-    auto* slot = reinterpret_cast<EventSlot*>(event_id);
-    {
-      std::lock_guard lock(slot->mu);
-      ++slot->generation;  // a marker still in flight will not write into the reused slot
-      slot->stream = nullptr;
-      slot->seq = 0;
-      slot->time_valid = false;
-    }
     std::lock_guard lock(events_mu_);
-    free_slots_.push_back(slot);
+    // Only live Event handles call this, each once; anything else is ignored (never fails).
+    if (event_id >= slots_.size() || !slots_[event_id].in_use) return;
+    EventSlot& slot = slots_[event_id];
+    {
+      std::lock_guard slot_lock(slot.mu);
+      ++slot.generation;  // a marker still in flight will not write into the reused slot
+      slot.stream = nullptr;
+      slot.seq = 0;
+      slot.time_valid = false;
+    }
+    slot.in_use = false;
+    free_slots_.push_back(event_id);
   }
 
  private:
-  Result<HostStream*> StreamOf(const Stream& stream, const char* what) const {
+  struct StreamEntry {
+    std::unique_ptr<HostStream> stream;
+    bool destroyed = false;
+  };
+
+  // The entry of a live stream of this device. Requires streams_mu_.
+  Result<StreamEntry*> EntryOf(const Stream& stream, const char* what) {
     if (stream.device() != this) {
       return InvalidArgumentError(std::string(what) + ": stream is empty or of another device");
     }
-    return reinterpret_cast<HostStream*>(stream.id());
+    if (stream.id() >= streams_.size()) {
+      return InvalidArgumentError(std::string(what) + ": stream id " + std::to_string(stream.id()) +
+                                  " was not made by " + name_ + " (it has made " +
+                                  std::to_string(streams_.size()) + ")");
+    }
+    StreamEntry& e = streams_[stream.id()];
+    if (e.destroyed) {
+      return FailedPreconditionError(std::string(what) + ": stream " + std::to_string(stream.id()) +
+                                     " was destroyed (DestroyStream); create a new one");
+    }
+    return &e;
   }
 
-  Result<EventSlot*> SlotOf(const Event& event, const char* what) const {
+  // The HostStream stays alive until the device dies, so the pointer outlives the lock.
+  Result<HostStream*> StreamOf(const Stream& stream, const char* what) {
+    std::lock_guard lock(streams_mu_);
+    STRATA_ASSIGN_OR_RETURN(StreamEntry * e, EntryOf(stream, what));
+    return e->stream.get();
+  }
+
+  // Slots live until the device dies (a std::deque keeps their addresses).
+  Result<EventSlot*> SlotOf(const Event& event, const char* what) {
     if (event.device() != this) {
       return InvalidArgumentError(std::string(what) + ": event is empty or of another device");
     }
-    return reinterpret_cast<EventSlot*>(event.id());
+    std::lock_guard lock(events_mu_);
+    if (event.id() >= slots_.size() || !slots_[event.id()].in_use) {
+      return InvalidArgumentError(std::string(what) + ": event id " + std::to_string(event.id()) +
+                                  " is not a live event of " + name_);
+    }
+    return &slots_[event.id()];
   }
 
   static std::pair<HostStream*, uint64_t> RecordedPoint(EventSlot* slot) {
@@ -292,11 +336,11 @@ class HostDevice final : public Device {
   LinkPacer h2d_, d2h_, d2d_;
 
   std::mutex streams_mu_;
-  std::vector<std::unique_ptr<HostStream>> streams_;  // never shrinks: handles stay checkable
+  std::vector<StreamEntry> streams_;  // indexed by stream id; never shrinks
 
   std::mutex events_mu_;
-  std::deque<EventSlot> slots_;  // stable addresses
-  std::vector<EventSlot*> free_slots_;
+  std::deque<EventSlot> slots_;       // indexed by event id; stable addresses
+  std::vector<uint64_t> free_slots_;  // ids of released slots
 };
 
 Status HostDevice::LaunchKernel(const Stream& stream, const KernelLaunch& k) {

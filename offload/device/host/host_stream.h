@@ -29,6 +29,7 @@ class HostStream;
 
 // The state behind one Event handle. Slots are owned by the HostDevice and reused.
 struct EventSlot {
+  bool in_use = false;  // an Event handle holds it (guarded by the HostDevice's events lock)
   std::mutex mu;
   uint64_t generation = 0;       // bumped by every Record and by release
   HostStream* stream = nullptr;  // stream of the latest record; null if never recorded
