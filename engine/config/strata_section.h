@@ -1,0 +1,47 @@
+// Strata's own `strata` section (engine choice, emulated device, trace output, checksums...) and
+// DeepSpeed's top-level `aio` section. Both aio parts are read by aio/aio_config.h (one parser for
+// the aio keys); this file adds DeepSpeed's string coercions, positions and all-errors-at-once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "aio/aio_options.h"
+#include "engine/comm/registry.h"  // CommBackend
+#include "engine/config/section_reader.h"
+
+namespace strata {
+
+enum class DeviceChoice { kAuto, kHost, kCuda };
+
+std::string_view DeviceChoiceName(DeviceChoice d);  // "auto", "host", "cuda"
+
+struct StrataConfig {
+  // Checksum swapped tensors and verify them on read (a mismatch is DataLoss).
+  bool swap_checksums = true;
+  // Top-level keys that are not DeepSpeed keys: a warning ("warn") or an error ("error").
+  bool unknown_keys_error = false;
+  // auto: nccl with CUDA devices and more than one rank, mpi for several host ranks, else local.
+  CommBackend comm_backend = CommBackend::kAuto;
+  // A collective that takes longer fails with Aborted.
+  double comm_timeout_s = 300.0;
+  // auto: cuda when built and a GPU is present, else the host-emulated device.
+  DeviceChoice device = DeviceChoice::kAuto;
+  // Capacity of the host-emulated device (HostDeviceOptions::memory_bytes' default).
+  uint64_t device_memory_bytes = uint64_t{1} << 30;
+  // Emulated host<->device link speed in GB/s; 0 = unthrottled.
+  double link_gbps = 0.0;
+  // Chrome trace of the run's spans; "" = off.
+  std::string trace_path;
+  // Overlap the CPU optimizer step with the next forward/backward where the math allows.
+  bool overlap_step = true;
+  // Cap on page-locked host memory in bytes; 0 = unlimited.
+  uint64_t pinned_memory_limit_bytes = 0;
+};
+
+namespace internal {
+// Reads `strata` into `out` and the strata.aio_* keys plus the top-level `aio` section into `aio`.
+void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio);
+}  // namespace internal
+}  // namespace strata
