@@ -8,33 +8,10 @@
 
 #include "aio/aio_handle.h"
 #include "aio/aligned_buffer.h"
+#include "tools/aio_bench/pattern.h"
 
 namespace strata::aio_bench {
 namespace {
-
-constexpr uint64_t kMagic = 0x5354524154414231ull;  // "STRATAB1"
-constexpr size_t kStampEvery = 4096;
-
-// Each 4 KiB block of the file starts with its own offset xor a magic word: enough to catch a
-// misplaced, stale or missing block at one word per block.
-void Stamp(uint8_t* buf, uint64_t size, uint64_t file_offset) {
-  for (uint64_t b = 0; b + sizeof(uint64_t) <= size; b += kStampEvery) {
-    uint64_t v = (file_offset + b) ^ kMagic;
-    std::memcpy(buf + b, &v, sizeof v);
-  }
-}
-
-Status Check(const uint8_t* buf, uint64_t size, uint64_t file_offset, const std::string& file) {
-  for (uint64_t b = 0; b + sizeof(uint64_t) <= size; b += kStampEvery) {
-    uint64_t v;
-    std::memcpy(&v, buf + b, sizeof v);
-    if (v != ((file_offset + b) ^ kMagic)) {
-      return DataLossError("verify " + file + ": block at offset " +
-                           std::to_string(file_offset + b) + " holds the wrong data");
-    }
-  }
-  return Status::Ok();
-}
 
 double Percentile(std::vector<int64_t>& v, double p) {
   if (v.empty()) return 0;
@@ -86,7 +63,7 @@ Result<PointResult> RunPoint(const PointSpec& spec, const std::function<void(uin
     auto n = f.f.Wait();
     if (!n.ok() && first_error.ok()) first_error = n.status();
     if (n.ok() && !write && spec.verify && first_error.ok()) {
-      first_error = Check(bufs[f.buf].bytes(), f.size, f.offset, spec.file);
+      first_error = CheckStamps(bufs[f.buf].bytes(), f.size, f.offset, spec.file);
     }
     done += f.size;
     if (progress) progress(done);

@@ -2,20 +2,28 @@
 // engine x {read, write} with O_DIRECT on a given directory, verifies the data, prints a table
 // (GB/s, IOPS, latency p50/p99), writes JSON, and with --emit-config prints the best `aio`
 // section ready to paste into a config. Run with --help for the flags.
-#include <sys/statvfs.h>
+//
+// Messages go to stderr with one "aio_bench: " prefix (Say); statuses built below carry none. A
+// failed run prints no result: with --json, stdout gets {"error": ..., "code": ...} and the exit
+// code is non-zero (2 before any I/O, 1 during the run).
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "aio/io_engine.h"
 #include "core/units.h"
+#include "tools/aio_bench/args.h"
 #include "tools/aio_bench/bench_runner.h"
+#include "tools/aio_bench/pattern.h"
 #include "tools/aio_bench/report.h"
+#include "tools/aio_bench/target.h"
 
 namespace strata::aio_bench {
 namespace {
@@ -28,172 +36,22 @@ void OnSignal(int sig) {
   std::raise(sig);
 }
 
-const char kUsage[] = R"(usage: aio_bench (--path DIR | --file FILE) [options]
-  --path DIR           directory to benchmark (a scratch file is created and removed)
-  --file FILE          use this file instead (kept); reads need it to hold --file-size bytes
-  --op read|write|both default both (write first, then read it back and verify)
-  --block-size SIZE    piece size, e.g. 1M (default 1M)
-  --queue-depth N      pieces in flight per thread (default 8)
-  --threads N          intra_op_parallelism (default 1)
-  --engine E           io_uring | libaio | auto (default io_uring)
-  --file-size SIZE     bytes per point (default 1G; sweeps: 512M)
-  --request-size SIZE  bytes per request, two in flight (default 64M)
-  --sweep [quick|full] sweep engines x block sizes x queue depths x threads
-  --json               print JSON on stdout (one object for one point) instead of the table
-  --json-out FILE      also write the JSON document to FILE
-  --emit-config        print the best configuration as a config snippet
-  --buffers huge|small transparent huge pages (default) or 4 KiB pages
-  --no-register        do not register buffers with io_uring
-  --no-fixed-files     do not register files with io_uring
-  --sqpoll             io_uring kernel submission thread (costs a whole core)
-  --single-submit      submit pieces one at a time
-  --no-overlap         lock-step batches instead of keeping the queue full
-  --allow-buffered     accept a filesystem without O_DIRECT (measures the page cache)
-  --no-verify          skip data verification on reads
-  --quiet              no progress bar
-)";
+void Say(const std::string& message) { std::fprintf(stderr, "aio_bench: %s\n", message.c_str()); }
 
-struct Args {
-  std::string path, file, op = "both", json_out, sweep;
-  PointSpec base;
-  bool json = false, emit = false, quiet = false, file_size_set = false;
-};
-
-Status ParseArgs(int argc, char** argv, Args* a) {
-  a->base.aio.engine = IoEngineKind::kIoUring;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto need = [&](std::string* out) -> Status {
-      if (i + 1 >= argc) return InvalidArgumentError(k + " needs a value");
-      *out = argv[++i];
-      return Status::Ok();
-    };
-    auto size = [&](uint64_t* out) -> Status {
-      std::string v;
-      STRATA_RETURN_IF_ERROR(need(&v));
-      auto r = ParseByteSize(v);
-      if (!r.ok()) return r.status().WithContext(k);
-      *out = *r;
-      return Status::Ok();
-    };
-    auto integer = [&](int* out, int lo, int hi) -> Status {
-      std::string v;
-      STRATA_RETURN_IF_ERROR(need(&v));
-      char* end = nullptr;
-      long x = std::strtol(v.c_str(), &end, 10);
-      if (*end != 0 || x < lo || x > hi) {
-        return InvalidArgumentError(k + " " + v + ": expected an integer in [" +
-                                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      }
-      *out = static_cast<int>(x);
-      return Status::Ok();
-    };
-    uint64_t u = 0;
-    std::string v;
-    if (k == "--path") {
-      STRATA_RETURN_IF_ERROR(need(&a->path));
-    } else if (k == "--file") {
-      STRATA_RETURN_IF_ERROR(need(&a->file));
-    } else if (k == "--op") {
-      STRATA_RETURN_IF_ERROR(need(&a->op));
-      if (a->op != "read" && a->op != "write" && a->op != "both") {
-        return InvalidArgumentError("--op " + a->op + ": allowed read, write, both");
-      }
-    } else if (k == "--block-size") {
-      STRATA_RETURN_IF_ERROR(size(&u));
-      a->base.aio.block_size = u;
-    } else if (k == "--queue-depth") {
-      STRATA_RETURN_IF_ERROR(integer(&a->base.aio.queue_depth, 1, 1024));
-    } else if (k == "--threads") {
-      STRATA_RETURN_IF_ERROR(integer(&a->base.aio.thread_count, 1, 64));
-    } else if (k == "--engine") {
-      STRATA_RETURN_IF_ERROR(need(&v));
-      STRATA_ASSIGN_OR_RETURN(a->base.aio.engine, ParseIoEngineKind(v));
-    } else if (k == "--file-size") {
-      STRATA_RETURN_IF_ERROR(size(&a->base.file_size));
-      a->file_size_set = true;
-    } else if (k == "--request-size") {
-      STRATA_RETURN_IF_ERROR(size(&a->base.request_size));
-    } else if (k == "--sweep") {
-      a->sweep = "full";
-      if (i + 1 < argc && argv[i + 1][0] != '-') a->sweep = argv[++i];
-      if (a->sweep != "quick" && a->sweep != "full") {
-        return InvalidArgumentError("--sweep " + a->sweep + ": allowed quick, full");
-      }
-    } else if (k == "--json") {
-      a->json = true;
-    } else if (k == "--json-out") {
-      STRATA_RETURN_IF_ERROR(need(&a->json_out));
-    } else if (k == "--emit-config") {
-      a->emit = true;
-    } else if (k == "--buffers") {
-      STRATA_RETURN_IF_ERROR(need(&v));
-      if (v != "huge" && v != "small") return InvalidArgumentError("--buffers: huge or small");
-      a->base.huge_pages = v == "huge";
-    } else if (k == "--no-register") {
-      a->base.register_buffers = false;
-    } else if (k == "--no-fixed-files") {
-      a->base.aio.fixed_files = false;
-    } else if (k == "--sqpoll") {
-      a->base.aio.sqpoll = true;
-    } else if (k == "--single-submit") {
-      a->base.aio.single_submit = true;
-    } else if (k == "--no-overlap") {
-      a->base.aio.overlap_events = false;
-    } else if (k == "--allow-buffered") {
-      a->base.aio.allow_buffered = true;
-    } else if (k == "--no-verify") {
-      a->base.verify = false;
-    } else if (k == "--quiet") {
-      a->quiet = true;
-    } else if (k == "--help" || k == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      return InvalidArgumentError("unknown flag '" + k + "' (see --help)");
-    }
-  }
-  if (a->path.empty() == a->file.empty()) {
-    return InvalidArgumentError("give exactly one of --path DIR or --file FILE (see --help)");
-  }
-  if (!a->sweep.empty() && !a->file_size_set) a->base.file_size = 512ull << 20;
-  return Status::Ok();
+std::string Describe(const PointSpec& s) {
+  return std::string(IoEngineKindName(s.aio.engine)) + " " +
+         (s.op == IoOp::kRead ? "read" : "write") + " bs=" + FormatBytes(s.aio.block_size) +
+         " qd=" + std::to_string(s.aio.queue_depth) +
+         " threads=" + std::to_string(s.aio.thread_count);
 }
 
-Status CheckTarget(Args* a) {
-  std::string dir = a->path;
-  if (!a->file.empty()) {
-    auto slash = a->file.rfind('/');
-    dir = slash == std::string::npos ? "." : a->file.substr(0, slash == 0 ? 1 : slash);
-  }
-  if (access(dir.c_str(), W_OK) != 0) {
-    return ErrnoToStatus(errno, "'" + dir + "' is not a writable directory")
-        .WithContext("aio_bench");
-  }
-  struct statvfs vfs;
-  if (statvfs(dir.c_str(), &vfs) == 0) {
-    uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    if (a->file.empty() && free_bytes < a->base.file_size + (64 << 20)) {
-      return InvalidArgumentError("aio_bench: " + dir + " has " + FormatBytes(free_bytes) +
-                                  " free, a point needs " + FormatBytes(a->base.file_size) +
-                                  " (lower --file-size)");
-    }
-  }
-  if (a->file.empty()) {
-    a->file = a->path + "/aio_bench." + std::to_string(getpid()) + ".dat";
-    std::snprintf(g_cleanup_path, sizeof g_cleanup_path, "%s", a->file.c_str());
-    std::signal(SIGINT, OnSignal);
-    std::signal(SIGTERM, OnSignal);
-  }
-  return Status::Ok();
-}
-
-std::vector<PointSpec> Points(const Args& a) {
+std::vector<PointSpec> Points(const Args& a, const std::string& file) {
   std::vector<PointSpec> pts;
   std::vector<IoOp> ops;
   if (a.op != "read") ops.push_back(IoOp::kWrite);
   if (a.op != "write") ops.push_back(IoOp::kRead);
   auto add = [&](PointSpec s) {
+    s.file = file;
     for (IoOp op : ops) {
       s.op = op;
       pts.push_back(s);
@@ -226,46 +84,93 @@ std::vector<PointSpec> Points(const Args& a) {
   return pts;
 }
 
-int Main(int argc, char** argv) {
-  Args a;
-  Status s = ParseArgs(argc, argv, &a);
-  if (s.ok()) s = CheckTarget(&a);
-  if (!s.ok()) {
-    std::fprintf(stderr, "aio_bench: %s\n", s.message().c_str());
-    return 2;
+// Shows progress on stderr: a bar on a terminal, else one line per point (nothing if quiet).
+class Progress {
+ public:
+  explicit Progress(bool quiet) : quiet_(quiet), bar_(!quiet && isatty(2)) {}
+  ~Progress() { Clear(); }
+  void Start(const std::string& what, size_t i, size_t n) {
+    label_ = "point " + std::to_string(i + 1) + "/" + std::to_string(n);
+    if (!quiet_ && !bar_) Say(label_ + ": " + what);
   }
-  const bool own_file = !a.path.empty();
-  auto points = Points(a);
-  const bool bar = !a.quiet && isatty(2);
-  std::vector<Row> rows;
-  int rc = 0;
+  void SetLabel(std::string label) { label_ = std::move(label); }
+  void Update(uint64_t done, uint64_t total) {
+    if (!bar_) return;
+    const int pct = static_cast<int>(100.0 * static_cast<double>(done) / total);
+    std::fprintf(stderr, "\r[%-20.*s] %3d%%  %s", pct / 5, "####################", pct,
+                 label_.c_str());
+    shown_ = true;
+  }
+  void Clear() {
+    if (shown_) std::fprintf(stderr, "\r%60s\r", "");
+    shown_ = false;
+  }
+  bool quiet() const { return quiet_; }
+
+ private:
+  bool quiet_, bar_, shown_ = false;
+  std::string label_;
+};
+
+struct RunState {
+  bool written = false;     // a write of this run (or the layout) filled the file
+  bool probed = false;      // the pattern was looked for once
+  bool verify_off = false;  // a foreign file: its reads are not verified
+  std::string verify_note;  // why, for the JSON document
+};
+
+// Before the first read that no write of this run precedes: lays out aio_bench's own file
+// (written and synced with the point's settings, not timed, as fio lays out its file), or looks
+// for aio_bench's pattern in the user's file, turning verification off (said once) if absent.
+Status PrepareRead(const Target& t, const PointSpec& spec, Progress& progress, RunState* st) {
+  if (st->written) return Status::Ok();
+  if (t.own_file) {
+    if (!progress.quiet()) {
+      Say("laying out " + t.file + " (" + FormatBytes(spec.file_size) + ") to read; not timed");
+    }
+    PointSpec w = spec;
+    w.op = IoOp::kWrite;
+    progress.SetLabel("laying out the file to read");
+    auto r = RunPoint(w, [&](uint64_t done) { progress.Update(done, w.file_size); });
+    progress.Clear();
+    if (!r.ok()) return r.status().WithContext("lay out " + t.file + " to read");
+    st->written = true;
+    return Status::Ok();
+  }
+  if (!spec.verify || st->probed) return Status::Ok();
+  st->probed = true;
+  STRATA_ASSIGN_OR_RETURN(bool ours, HoldsPattern(t.file, spec.file_size));
+  if (!ours) {
+    st->verify_off = true;
+    st->verify_note = t.file + " does not hold aio_bench's pattern (none of up to " +
+                      std::to_string(kProbeBlocks) +
+                      " blocks probed is stamped): read without verification";
+    Say(st->verify_note);
+  }
+  return Status::Ok();
+}
+
+Status RunAll(const Target& t, const std::vector<PointSpec>& points, Progress& progress,
+              RunState* st, std::vector<Row>* rows) {
   for (size_t i = 0; i < points.size(); ++i) {
     PointSpec spec = points[i];
-    spec.file = a.file;
-    if (!a.quiet && !bar) {
-      std::fprintf(stderr, "aio_bench: point %zu/%zu: %s %s bs=%s qd=%d threads=%d\n", i + 1,
-                   points.size(), std::string(IoEngineKindName(spec.aio.engine)).c_str(),
-                   spec.op == IoOp::kRead ? "read" : "write",
-                   FormatBytes(spec.aio.block_size).c_str(), spec.aio.queue_depth,
-                   spec.aio.thread_count);
+    const std::string where = "point " + std::to_string(i + 1) + "/" +
+                              std::to_string(points.size()) + " (" + Describe(spec) + ")";
+    if (spec.op == IoOp::kRead) {
+      STRATA_RETURN_IF_ERROR(PrepareRead(t, spec, progress, st).WithContext(where));
+      if (st->verify_off) spec.verify = false;
     }
-    auto progress = [&](uint64_t done) {
-      if (!bar) return;
-      int pct = static_cast<int>(100.0 * static_cast<double>(done) / spec.file_size);
-      int fill = pct / 5;
-      std::fprintf(stderr, "\r[%-20.*s] %3d%%  point %zu/%zu", fill, "####################", pct,
-                   i + 1, points.size());
-    };
-    auto r = RunPoint(spec, progress);
-    if (!r.ok()) {
-      std::fprintf(stderr, "%saio_bench: %s\n", bar ? "\n" : "", r.status().ToString().c_str());
-      rc = 1;
-      break;
-    }
-    rows.push_back({spec, *r});
+    progress.Start(Describe(spec), i, points.size());
+    auto r = RunPoint(spec, [&](uint64_t done) { progress.Update(done, spec.file_size); });
+    progress.Clear();
+    if (!r.ok()) return r.status().WithContext(where);
+    if (spec.op == IoOp::kWrite) st->written = true;
+    rows->push_back({spec, *r});
   }
-  if (bar) std::fprintf(stderr, "\r%60s\r", "");
-  if (own_file) unlink(a.file.c_str());
+  return Status::Ok();
+}
+
+nlohmann::json ResultDoc(const Args& a, const std::vector<Row>& rows, const RunState& st) {
   nlohmann::json doc;
   if (rows.size() == 1 && a.sweep.empty()) {
     doc = RowJson(rows.front());
@@ -274,22 +179,82 @@ int Main(int argc, char** argv) {
     for (const Row& r : rows) doc["points"].push_back(RowJson(r));
     doc["best"] = BestConfig(rows);
   }
+  if (st.verify_off) doc["verify_note"] = st.verify_note;
+  if (a.json && a.emit_config) {
+    nlohmann::json best = BestConfig(rows);
+    best.erase("measured");
+    doc["config"] = best;
+  }
+  return doc;
+}
+
+nlohmann::json ErrorDoc(const Status& s) {
+  return nlohmann::json{{"error", s.ToString()}, {"code", StatusCodeName(s.code())}};
+}
+
+// Writes `doc` to --json-out; false (said) if it cannot.
+bool WriteJsonOut(const std::string& path, const nlohmann::json& doc) {
+  std::ofstream out(path);
+  out << doc.dump(2) << "\n";
+  out.close();
+  if (!out) Say("cannot write " + path);
+  return static_cast<bool>(out);
+}
+
+// A failed run: one line on stderr; with --json an error object on stdout (and in --json-out),
+// never a document that reads as a measurement.
+int Fail(const Args& a, bool json, const Status& s, int rc) {
+  Say(s.ToString());
+  if (json) std::printf("%s\n", ErrorDoc(s).dump(2).c_str());
+  if (!a.json_out.empty()) WriteJsonOut(a.json_out, ErrorDoc(s));
+  return rc;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> words(argv + 1, argv + argc);
+  Args a;
+  Status s = ParseArgs(words, &a);
+  // --json asks for an error object even if the parse stopped before reaching it.
+  bool json = a.json;
+  for (const std::string& w : words) json = json || w == "--json";
+  if (!s.ok()) return Fail(a, json, s, 2);
+  if (a.help) {
+    std::fputs(a.help_text.c_str(), stdout);
+    return 0;
+  }
+  auto target = PrepareTarget(a.path, a.file, a.op != "read", a.op != "write", a.base.file_size);
+  if (!target.ok()) return Fail(a, json, target.status(), 2);
+  const Target& t = *target;
+  if (t.own_file) {
+    std::snprintf(g_cleanup_path, sizeof g_cleanup_path, "%s", t.file.c_str());
+    std::signal(SIGINT, OnSignal);
+    std::signal(SIGTERM, OnSignal);
+  }
+  std::vector<Row> rows;
+  RunState st;
+  Status run;
+  {
+    Progress progress(a.quiet);
+    run = RunAll(t, Points(a, t.file), progress, &st, &rows);
+  }
+  if (t.own_file) unlink(t.file.c_str());
+  if (!run.ok()) return Fail(a, json, run, 1);
+
+  const nlohmann::json doc = ResultDoc(a, rows, st);
+  int rc = 0;
   if (a.json) {
     std::printf("%s\n", doc.dump(2).c_str());
   } else {
     PrintTable(rows);
   }
   if (!a.json_out.empty()) {
-    std::ofstream out(a.json_out);
-    out << doc.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "aio_bench: cannot write %s\n", a.json_out.c_str());
+    if (!WriteJsonOut(a.json_out, doc)) {
       rc = 1;
     } else if (!a.json) {
       std::printf("wrote %s\n", a.json_out.c_str());
     }
   }
-  if (a.emit && !rows.empty()) {
+  if (a.emit_config && !a.json && !rows.empty()) {
     auto best = BestConfig(rows);
     std::printf("# best measured (read %.2f GB/s, write %.2f GB/s); paste into your config:\n",
                 best["measured"]["read_gbps"].get<double>(),
