@@ -14,13 +14,6 @@ namespace strata {
 using internal::RequestState;
 using internal::Segment;
 
-bool AioFuture::ready() const { return state_ == nullptr || state_->ready(); }
-
-Result<size_t> AioFuture::Wait() const {
-  if (state_ == nullptr) return FailedPreconditionError("wait on an empty AioFuture");
-  return state_->Wait();
-}
-
 RegisteredBuffer::~RegisteredBuffer() {
   if (handle_ != nullptr) handle_->UnregisterBuffer(data_);
 }
@@ -68,6 +61,17 @@ Result<std::unique_ptr<AioHandle>> AioHandle::Create(const AioOptions& o) {
   return h;
 }
 
+Result<AioFile> AioHandle::Open(const std::string& path, AioOpenMode mode) {
+  const bool write = mode == AioOpenMode::kReadWrite;
+  auto f = files_.Get(path, write);
+  if (!f.ok()) return f.status();
+  AioFile file;
+  file.handle_ = this;
+  file.file_ = std::move(f).value();
+  file.writable_ = write;
+  return file;
+}
+
 Result<size_t> AioHandle::Pread(const std::string& path, void* buf, size_t n, uint64_t off) {
   return SubmitRead(path, buf, n, off).Wait();
 }
@@ -88,79 +92,145 @@ AioFuture AioHandle::SubmitWrite(const std::string& path, const void* buf, size_
 
 AioFuture AioHandle::SubmitBatch(std::span<const AioRequest> requests) { return Submit(requests); }
 
+AioFuture AioHandle::FailedFuture(Status error) {
+  auto state = internal::MakeRequestState(1);
+  state->SegmentDone(error, 0);
+  return AioFuture(std::move(state));
+}
+
+namespace {
+
+std::string RequestName(IoOp op, const std::string& path, uint64_t offset, size_t size) {
+  return std::string(op == IoOp::kRead ? "read " : "write ") + path + " @ " +
+         std::to_string(offset) + " (" + FormatBytes(size) + ")";
+}
+
 // Note [Splitting a request]
 // The aligned middle [a, e) of a request goes O_DIRECT, cut into one slice per thread at
 // multiples of the file's split alignment (>= the page size). The unaligned head [off, a) and
 // tail [e, end) are small (< one page each) and go through the page cache on the first and last
 // thread; because the split points are page multiples, a buffered edge never shares a
 // page-cache page with this request's direct range. Files without O_DIRECT are sliced evenly.
-AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
-  std::vector<Segment> segs;
-  const auto threads = static_cast<uint64_t>(workers_.size());
-  std::vector<int> worker_of;
-  auto add = [&](const std::shared_ptr<OpenFile>& f, const AioRequest& r, uint8_t* base,
-                 uint64_t from, uint64_t to, bool buffered, int fd, int worker) {
-    Segment s;
-    s.file = f;
-    s.op = r.op;
-    s.buf = base + (from - r.offset_bytes);
-    s.offset = from;
-    s.size = to - from;
-    s.buffered = buffered;
-    s.fd = fd;
-    segs.push_back(std::move(s));
-    worker_of.push_back(worker);
-  };
-  auto failed = [](Status st) {
-    auto state = std::make_shared<RequestState>(1);
-    state->SegmentDone(std::move(st), 0);
-    return AioFuture(std::move(state));
-  };
-  static std::atomic<uint64_t> round_robin{0};
-  for (const AioRequest& r : requests) {
-    if (r.size_bytes == 0) continue;
-    Status bad;
-    if (r.buf == nullptr) bad = InvalidArgumentError("null buffer");
-    auto file = bad.ok() ? files_.Get(r.path, r.op == IoOp::kWrite)
-                         : Result<std::shared_ptr<OpenFile>>(bad);
-    if (!file.ok()) {
-      return failed(file.status().WithContext(
-          std::string(r.op == IoOp::kRead ? "read " : "write ") + r.path + " @ " +
-          std::to_string(r.offset_bytes) + " (" + FormatBytes(r.size_bytes) + ")"));
-    }
-    const std::shared_ptr<OpenFile>& f = *file;
-    auto* base = static_cast<uint8_t*>(r.buf);
-    const uint64_t off = r.offset_bytes, end = r.offset_bytes + r.size_bytes;
-    if (f->direct_fd < 0) {
-      for (uint64_t k = 0; k < threads; ++k) {
-        uint64_t s = off + r.size_bytes * k / threads, e = off + r.size_bytes * (k + 1) / threads;
-        if (e > s) add(f, r, base, s, e, false, f->buffered_fd, static_cast<int>(k));
-      }
-      continue;
-    }
-    const uint64_t A = f->split_align;
-    if (options_.block_size % A != 0) {
-      return failed(InvalidArgumentError("aio block_size " + std::to_string(options_.block_size) +
-                                         " is not a multiple of the O_DIRECT alignment " +
-                                         std::to_string(A) + " of " + r.path));
-    }
-    const uint64_t a = (off + A - 1) / A * A, e = end / A * A;
-    if (e <= a) {
-      add(f, r, base, off, end, true, f->buffered_fd, static_cast<int>(round_robin++ % threads));
-      continue;
-    }
-    if (a > off) add(f, r, base, off, a, true, f->buffered_fd, 0);
-    if (end > e) add(f, r, base, e, end, true, f->buffered_fd, static_cast<int>(threads - 1));
-    const uint64_t blocks = (e - a) / A;
+//
+// Calls emit(from, to, buffered, fd, worker) for each segment, in a fixed order (worker -1: any
+// thread, for a request too small to split). The same inputs give the same segments, so a caller
+// may count them first and emit them second without storing them.
+template <typename Emit>
+Status Split(const OpenFile& f, uint64_t off, uint64_t size, uint64_t threads, size_t block_size,
+             Emit&& emit) {
+  const uint64_t end = off + size;
+  if (f.direct_fd < 0) {
     for (uint64_t k = 0; k < threads; ++k) {
-      uint64_t s = a + A * (blocks * k / threads), t = a + A * (blocks * (k + 1) / threads);
-      if (t > s) add(f, r, base, s, t, false, f->direct_fd, static_cast<int>(k));
+      uint64_t s = off + size * k / threads, e = off + size * (k + 1) / threads;
+      if (e > s) emit(s, e, false, f.buffered_fd, static_cast<int>(k));
     }
+    return Status::Ok();
   }
-  auto state = std::make_shared<RequestState>(static_cast<int>(segs.size()));
-  for (size_t i = 0; i < segs.size(); ++i) {
-    segs[i].request = state;
-    workers_[static_cast<size_t>(worker_of[i])]->Enqueue(std::move(segs[i]));
+  const uint64_t A = f.split_align;
+  if (block_size % A != 0) {
+    return InvalidArgumentError("aio block_size " + std::to_string(block_size) +
+                                " is not a multiple of the O_DIRECT alignment " +
+                                std::to_string(A) + " of " + f.path);
+  }
+  const uint64_t a = (off + A - 1) / A * A, e = end / A * A;
+  if (e <= a) {
+    emit(off, end, true, f.buffered_fd, -1);
+    return Status::Ok();
+  }
+  if (a > off) emit(off, a, true, f.buffered_fd, 0);
+  if (end > e) emit(e, end, true, f.buffered_fd, static_cast<int>(threads - 1));
+  const uint64_t blocks = (e - a) / A;
+  for (uint64_t k = 0; k < threads; ++k) {
+    uint64_t s = a + A * (blocks * k / threads), t = a + A * (blocks * (k + 1) / threads);
+    if (t > s) emit(s, t, false, f.direct_fd, static_cast<int>(k));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Cuts one request into segments and hands them to the workers (see Split). The request state
+// is created once the segments are counted, so nothing is stored in between.
+void AioHandle::Enqueue(IoOp op, const std::shared_ptr<OpenFile>& f, uint8_t* base, uint64_t off,
+                        uint64_t size, const std::shared_ptr<internal::RequestState>& state) {
+  static std::atomic<uint64_t> round_robin{0};
+  const auto threads = static_cast<uint64_t>(workers_.size());
+  Split(*f, off, size, threads, options_.block_size,
+        [&](uint64_t from, uint64_t to, bool buffered, int fd, int worker) {
+          if (worker < 0) worker = static_cast<int>(round_robin++ % threads);
+          Segment s;
+          s.request = state;
+          s.file = f;
+          s.op = op;
+          s.buf = base + (from - off);
+          s.offset = from;
+          s.size = to - from;
+          s.buffered = buffered;
+          s.fd = fd;
+          workers_[static_cast<size_t>(worker)]->Enqueue(std::move(s));
+        })
+      .IgnoreError();  // checked by CountSegments before
+}
+
+Result<int> AioHandle::CountSegments(IoOp op, const OpenFile& f, const void* buf, uint64_t off,
+                                     uint64_t size) const {
+  if (buf == nullptr) {
+    return InvalidArgumentError(RequestName(op, f.path, off, size) + ": null buffer");
+  }
+  int n = 0;
+  Status s = Split(f, off, size, workers_.size(), options_.block_size,
+                   [&](uint64_t, uint64_t, bool, int, int) { ++n; });
+  if (!s.ok()) return s;
+  return n;
+}
+
+AioFuture AioHandle::SubmitOne(IoOp op, const std::shared_ptr<OpenFile>& f, void* buf, size_t n,
+                               uint64_t off) {
+  if (n == 0) return AioFuture(internal::MakeRequestState(0));
+  auto count = CountSegments(op, *f, buf, off, n);
+  if (!count.ok()) return FailedFuture(count.status());
+  auto state = internal::MakeRequestState(*count);
+  Enqueue(op, f, static_cast<uint8_t*>(buf), off, n, state);
+  return AioFuture(std::move(state));
+}
+
+AioFuture AioHandle::Submit(std::span<const AioRequest> requests) {
+  // Resolve and check everything first: a bad request starts nothing.
+  std::vector<std::shared_ptr<OpenFile>> files(requests.size());
+  int segments = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const AioRequest& r = requests[i];
+    if (r.size_bytes == 0) continue;
+    const bool write = r.op == IoOp::kWrite;
+    if (r.file != nullptr) {
+      if (!r.file->valid() || r.file->handle_ != this) {
+        return FailedFuture(FailedPreconditionError(
+            RequestName(r.op, r.file->path(), r.offset_bytes, r.size_bytes) +
+            ": the AioFile is empty or was opened on another AioHandle"));
+      }
+      if (write && !r.file->writable()) {
+        return FailedFuture(FailedPreconditionError(
+            RequestName(r.op, r.file->path(), r.offset_bytes, r.size_bytes) +
+            ": the file was opened for reading (AioOpenMode::kRead)"));
+      }
+      files[i] = r.file->file_;
+    } else {
+      auto f = files_.Get(r.path, write);
+      if (!f.ok()) {
+        return FailedFuture(
+            f.status().WithContext(RequestName(r.op, r.path, r.offset_bytes, r.size_bytes)));
+      }
+      files[i] = std::move(f).value();
+    }
+    auto n = CountSegments(r.op, *files[i], r.buf, r.offset_bytes, r.size_bytes);
+    if (!n.ok()) return FailedFuture(n.status());
+    segments += *n;
+  }
+  auto state = internal::MakeRequestState(segments);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const AioRequest& r = requests[i];
+    if (r.size_bytes == 0) continue;
+    Enqueue(r.op, files[i], static_cast<uint8_t*>(r.buf), r.offset_bytes, r.size_bytes, state);
   }
   return AioFuture(std::move(state));
 }
@@ -218,7 +288,7 @@ std::vector<int64_t> AioHandle::TakeLatencies() {
 }
 
 std::string AioHandle::Describe() const {
-  std::string s = workers_.front()->engine().Describe();
+  std::string s = workers_.front()->description();
   s += ", block " + FormatBytes(options_.block_size) + ", qd " +
        std::to_string(options_.queue_depth) + ", " + std::to_string(options_.thread_count) +
        (options_.thread_count == 1 ? " thread" : " threads");

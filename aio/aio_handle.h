@@ -2,7 +2,8 @@
 //
 // A request (pread/pwrite of a buffer at a file offset) is cut into `block_size` pieces; each of
 // `thread_count` threads owns one slice of it (any size) and keeps up to `queue_depth` pieces in
-// flight on its own io_uring or libaio queue. Files are opened once and cached. O_DIRECT is used
+// flight on its own io_uring or libaio queue. Files are opened once and cached; Open() returns
+// an AioFile whose requests skip the path lookup (the hot path, aio_file.h). O_DIRECT is used
 // for the aligned middle of every request; unaligned heads/tails go through the page cache and
 // unaligned buffers through a bounce buffer, so any size, offset and buffer works. Every
 // completion is checked; short transfers are resumed; errors name file, offset, size and errno.
@@ -17,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "aio/aio_file.h"
+#include "aio/aio_future.h"
 #include "aio/aio_options.h"
 #include "aio/file_table.h"
 #include "aio/io_engine.h"
@@ -29,27 +32,13 @@ class AioWorker;
 class RequestState;
 }  // namespace internal
 
-// Completion of one submitted request (or batch). Copyable; Wait() may be called repeatedly.
-class AioFuture {
- public:
-  AioFuture() = default;
-  bool valid() const { return state_ != nullptr; }
-  bool ready() const;
-  // Blocks until done: the byte count (the full request size) or the first error.
-  Result<size_t> Wait() const;
-
- private:
-  friend class AioHandle;
-  explicit AioFuture(std::shared_ptr<internal::RequestState> s) : state_(std::move(s)) {}
-  std::shared_ptr<internal::RequestState> state_;
-};
-
 struct AioRequest {
   IoOp op = IoOp::kRead;
-  std::string path;
+  std::string path;  // ignored when `file` is set
   void* buf = nullptr;
   size_t size_bytes = 0;
   uint64_t offset_bytes = 0;
+  const AioFile* file = nullptr;  // an opened file of this handle (no path lookup)
 };
 
 class AioHandle;
@@ -79,6 +68,12 @@ class AioHandle {
   static Result<std::unique_ptr<AioHandle>> Create(const AioOptions& options);
   ~AioHandle();  // completes queued requests, then stops the threads
 
+  // Opens (or finds in the cache) `path` once; requests through the AioFile skip the lookup.
+  // Errors: NotFound (kRead of a missing file), the errno of open(2), InvalidArgument when the
+  // filesystem refuses O_DIRECT and buffered I/O is not allowed - each naming the path.
+  Result<AioFile> Open(const std::string& path, AioOpenMode mode);
+
+  // Path-based forms (thin wrappers: the file is looked up, opened on first use, per request).
   // Synchronous forms: the byte count or the first error.
   Result<size_t> Pread(const std::string& path, void* buf, size_t size_bytes,
                        uint64_t offset_bytes);
@@ -110,8 +105,18 @@ class AioHandle {
 
  private:
   friend class RegisteredBuffer;
+  friend class AioFile;
   explicit AioHandle(const AioOptions& options);
   AioFuture Submit(std::span<const AioRequest> requests);
+  // One request on an open file: no lookup, no allocation in the steady state.
+  AioFuture SubmitOne(IoOp op, const std::shared_ptr<OpenFile>& file, void* buf, size_t size_bytes,
+                      uint64_t offset_bytes);
+  static AioFuture FailedFuture(Status error);
+  // How many segments a request becomes (or why it cannot be done); Enqueue then makes them.
+  Result<int> CountSegments(IoOp op, const OpenFile& file, const void* buf, uint64_t offset_bytes,
+                            uint64_t size_bytes) const;
+  void Enqueue(IoOp op, const std::shared_ptr<OpenFile>& file, uint8_t* base, uint64_t offset_bytes,
+               uint64_t size_bytes, const std::shared_ptr<internal::RequestState>& state);
   void UnregisterBuffer(void* p);
 
   AioOptions options_;

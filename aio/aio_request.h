@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,10 @@ class RequestState {
   Status status_;
   uint64_t bytes_ = 0;
 };
+
+// A completion state for `segments` segments, from a process-wide pool of recycled blocks (one
+// heap allocation per request otherwise).
+std::shared_ptr<RequestState> MakeRequestState(int segments);
 
 // A contiguous byte range of a request, handled by one worker.
 struct Segment {

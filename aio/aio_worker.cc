@@ -1,6 +1,7 @@
 #include "aio/aio_worker.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,7 +25,20 @@ std::string PieceName(IoOp op, const OpenFile& f, uint64_t offset, uint64_t size
          std::to_string(offset) + " (" + FormatBytes(size) + ")";
 }
 
-// pread/pwrite until done; short transfers continue, EOF on read is an error.
+// Note [End of file is DataLoss]
+// A read that reaches the end of the file before its last byte is DataLoss, never short data
+// (core/status.h: "file truncated"): the bytes asked for are not there. The message names the
+// read and the file's real size.
+Status EndOfFile(const OpenFile& f, uint64_t offset, uint64_t size) {
+  struct stat st;
+  std::string ends = ::fstat(f.buffered_fd, &st) == 0
+                         ? "the file ends at offset " + std::to_string(st.st_size)
+                         : "the file ends at offset " + std::to_string(offset);
+  return DataLossError(PieceName(IoOp::kRead, f, offset, size) + ": " + ends +
+                       " (short file: truncated, or read past what was written)");
+}
+
+// pread/pwrite until done; short transfers continue, EOF on read is DataLoss.
 Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint64_t offset) {
   uint64_t done = 0;
   while (done < size) {
@@ -37,9 +51,8 @@ Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint6
       return ErrnoToStatus(errno, PieceName(op, f, offset + done, size - done));
     }
     if (n == 0) {
-      return IoError(PieceName(op, f, offset + done, size - done) +
-                     (op == IoOp::kRead ? ": file ends at offset " + std::to_string(offset + done)
-                                        : ": no progress"));
+      if (op == IoOp::kRead) return EndOfFile(f, offset + done, size - done);
+      return IoError(PieceName(op, f, offset + done, size - done) + ": no progress");
     }
     done += static_cast<uint64_t>(n);
   }
@@ -50,7 +63,11 @@ Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint6
 
 AioWorker::AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer bounce,
                      const AioOptions& options)
-    : index_(index), options_(options), engine_(std::move(engine)), bounce_(std::move(bounce)) {
+    : index_(index),
+      options_(options),
+      engine_(std::move(engine)),
+      description_(engine_->Describe()),
+      bounce_(std::move(bounce)) {
   const auto qd = static_cast<size_t>(options_.queue_depth);
   slots_.resize(qd);
   for (size_t i = qd; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
@@ -73,7 +90,9 @@ AioWorker::~AioWorker() {
 void AioWorker::Enqueue(Segment segment) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(segment));
+    if (spare_.empty()) spare_.emplace_back();  // grows to the peak number of segments, once
+    spare_.front() = std::move(segment);
+    queue_.splice(queue_.end(), spare_, spare_.begin());
   }
   cv_.notify_one();
 }
@@ -97,13 +116,15 @@ void AioWorker::Run() {
         cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !controls_.empty(); });
         if (stop_ && queue_.empty() && controls_.empty()) return;
       }
-      while (!queue_.empty()) {
-        active_.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
+      active_.splice(active_.end(), queue_);
       controls.swap(controls_);
     }
     if (!controls.empty()) RunControls(controls);
+    if (!broken_.ok()) {
+      for (Segment& seg : active_) Fail(seg, broken_);
+      FinishSegments();
+      continue;
+    }
     for (Segment& seg : active_) {
       if (seg.buffered && seg.issued == 0) DoBuffered(seg);
     }
@@ -121,14 +142,9 @@ void AioWorker::Run() {
       const bool room = options_.overlap_events && !free_slots_.empty();
       auto n = engine_->Reap(completions_, min, room ? 200 : -1);
       if (!n.ok()) {
-        // Pieces still in the kernel may yet write into their buffers, so their requests
-        // cannot complete before their completions arrive: fail the segments (no new pieces),
-        // say so once, and keep reaping with a short pause.
-        for (Segment& seg : active_) Fail(seg, n.status().WithContext("aio reap"));
-        static std::atomic<bool> said{false};
-        LogOnce(said, LogLevel::kError, n.status().WithContext("aio reap").ToString());
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        OnReapError(n.status());
       } else {
+        reap_failures_ = 0;
         for (int i = 0; i < *n; ++i) Complete(completions_[static_cast<size_t>(i)]);
       }
     }
@@ -136,9 +152,48 @@ void AioWorker::Run() {
   }
 }
 
+// Note [A broken engine]
+// Pieces still in the kernel may yet write into their buffers, so their requests cannot complete
+// before their completions arrive. A reap error therefore fails the active segments (no new
+// pieces) and reaping goes on after a short, growing pause. When it keeps failing (a broken
+// ring), completions may never come: after kMaxReapFailures in a row the engine is destroyed,
+// which cancels what is in flight (io_uring: a bounded synchronous cancel, then the ring is
+// closed; libaio: io_destroy cancels and waits), and every piece left completes as Aborted. The
+// handle stays usable as an object - waiters return, it can be destroyed - but each later request
+// on this thread fails at once as Aborted, naming the reap error. Bounded: the pauses add up to
+// about 0.13 s.
+void AioWorker::OnReapError(const Status& error) {
+  constexpr int kMaxReapFailures = 8;
+  const Status s = error.WithContext("aio reap");
+  for (Segment& seg : active_) Fail(seg, s);
+  static std::atomic<bool> said{false};
+  LogOnce(said, LogLevel::kError, s.ToString());
+  if (++reap_failures_ >= kMaxReapFailures) {
+    TearDown(s);
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1 << std::min(reap_failures_, 5)));
+}
+
+void AioWorker::TearDown(const Status& cause) {
+  broken_ = AbortedError("aio thread " + std::to_string(index_) + ": the " + description_ +
+                         " engine was torn down after a lasting reap error (" + cause.message() +
+                         "); requests on this handle fail");
+  LogError(broken_.ToString());
+  engine_.reset();  // cancels what is still in flight (see the note)
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].seg == nullptr) continue;
+    Fail(*slots_[s].seg, broken_);
+    Release(static_cast<int>(s));
+  }
+  retry_.clear();
+  batch_.clear();
+  for (Segment& seg : active_) Fail(seg, broken_);
+}
+
 void AioWorker::RunControls(std::deque<Control>& controls) {
   for (Control& c : controls) {
-    Status s = c.fn(*engine_);
+    Status s = engine_ != nullptr ? c.fn(*engine_) : broken_;
     std::lock_guard lock(mu_);
     *c.result = std::move(s);
     *c.done = true;
@@ -268,12 +323,13 @@ void AioWorker::Complete(const IoCompletion& c) {
   }
   const auto got = static_cast<uint64_t>(c.result);
   if (got == 0 || got > want) {
-    std::string why = got == 0
-                          ? (seg.op == IoOp::kRead
-                                 ? ": file ends at offset " + std::to_string(sl.offset + sl.done)
-                                 : ": no progress")
-                          : ": engine reported " + std::to_string(got) + " bytes";
-    Fail(seg, IoError(PieceName(seg.op, f, sl.offset + sl.done, want) + why));
+    if (got == 0 && seg.op == IoOp::kRead) {
+      Fail(seg, EndOfFile(f, sl.offset + sl.done, want));
+    } else {
+      Fail(seg, IoError(PieceName(seg.op, f, sl.offset + sl.done, want) +
+                        (got == 0 ? ": no progress"
+                                  : ": engine reported " + std::to_string(got) + " bytes")));
+    }
     Release(s);
     return;
   }
@@ -331,7 +387,14 @@ void AioWorker::FinishSegments() {
       continue;
     }
     seg.request->SegmentDone(seg.status, seg.status.ok() ? seg.size : 0);
-    it = active_.erase(it);
+    seg = Segment();  // drops the request and file references
+    auto next = std::next(it);
+    finished_.splice(finished_.end(), active_, it);
+    it = next;
+  }
+  if (!finished_.empty()) {
+    std::lock_guard lock(mu_);
+    spare_.splice(spare_.end(), finished_);
   }
 }
 

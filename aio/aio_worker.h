@@ -1,5 +1,8 @@
 // Private to aio/: one AioHandle thread. It owns an IoEngine and a bounce buffer, takes segments
 // from its queue, cuts them into block_size pieces and keeps up to queue_depth in flight.
+// Segments travel in list nodes that are recycled (spliced, never freed), so a request in the
+// steady state allocates nothing here. A lasting reap error tears the engine down (Note [A broken
+// engine] in aio_worker.cc): every waiter returns, later requests fail as Aborted.
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,7 +35,8 @@ class AioWorker {
   // Any thread: runs `fn` on the worker thread between I/Os and waits for it.
   Status RunOnWorker(std::function<Status(IoEngine&)> fn);
 
-  const IoEngine& engine() const { return *engine_; }
+  // The engine's Describe(), taken at start (the engine may be torn down later).
+  const std::string& description() const { return description_; }
   // Any thread: the piece latencies (ns) recorded since the last call (record_latency only).
   std::vector<int64_t> TakeLatencies();
 
@@ -62,22 +67,29 @@ class AioWorker {
   void Complete(const IoCompletion& c);
   void Fail(Segment& seg, const Status& s);
   void FinishSegments();
+  void OnReapError(const Status& error);
+  void TearDown(const Status& cause);
   IoRequest MakeRequest(int slot) const;
 
   const int index_;
   const AioOptions options_;
-  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<IoEngine> engine_;  // null once torn down (broken_ says why)
+  const std::string description_;
   AlignedBuffer bounce_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable control_cv_;
-  std::deque<Segment> queue_;
+  std::list<Segment> queue_;
+  std::list<Segment> spare_;  // recycled nodes for Enqueue
   std::deque<Control> controls_;
   bool stop_ = false;
 
   // Worker-thread state only.
   std::list<Segment> active_;
+  std::list<Segment> finished_;  // emptied nodes, returned to spare_ in one splice
+  int reap_failures_ = 0;        // consecutive
+  Status broken_;                // the engine was torn down: why
   std::vector<Slot> slots_;
   std::vector<int> free_slots_;
   std::vector<IoRequest> batch_;

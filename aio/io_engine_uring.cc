@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <unordered_map>
 #include <vector>
 
@@ -14,12 +15,44 @@ namespace strata::internal {
 namespace {
 
 constexpr unsigned kFileSlots = 256;
+
+// Note [io_uring refused]
+// A kernel may refuse io_uring outright: kernel.io_uring_disabled = 1 or 2 (EPERM), a container's
+// seccomp profile (ENOSYS or EPERM), an LSM (EACCES). That is not an I/O error but a missing
+// kernel feature: Unavailable, with what to do instead. `auto` then falls back to libaio.
+Status QueueInitError(int err, unsigned entries) {
+  Status cause = ErrnoToStatus(err, "io_uring_queue_init(" + std::to_string(entries) + ")");
+  if (err != ENOSYS && err != EPERM && err != EACCES) return cause;
+  std::string why = cause.message();
+  std::ifstream knob("/proc/sys/kernel/io_uring_disabled");
+  int disabled = 0;
+  if (knob >> disabled && disabled != 0) {
+    why += "; kernel.io_uring_disabled = " + std::to_string(disabled);
+  } else if (err != EACCES) {
+    why += "; a seccomp profile (e.g. a container's) may block it";
+  }
+  return Status(StatusCode::kUnavailable,
+                "io_uring is refused by this kernel; use --engine libaio or auto "
+                "(strata.aio_engine in a config): " +
+                    why,
+                err);
+}
 constexpr unsigned kBufferSlots = 64;
 
 class UringEngine final : public IoEngine {
  public:
   ~UringEngine() override {
-    if (initialized_) io_uring_queue_exit(&ring_);
+    if (!initialized_) return;
+    // Cancel what is still in flight and wait (bounded) for it, so no request outlives the
+    // ring (a worker tears a broken ring down with requests in it). Kernels before 6.0 refuse
+    // this call; nothing is in flight in the ordinary case.
+    io_uring_sync_cancel_reg reg;
+    std::memset(&reg, 0, sizeof reg);
+    reg.fd = -1;
+    reg.flags = IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL;
+    reg.timeout.tv_sec = 1;
+    (void)io_uring_register_sync_cancel(&ring_, &reg);
+    io_uring_queue_exit(&ring_);
   }
 
   Status Init(const IoEngineOptions& o) {
@@ -34,7 +67,7 @@ class UringEngine final : public IoEngine {
       p.sq_thread_idle = 50;
     }
     int rc = io_uring_queue_init_params(static_cast<unsigned>(qd_), &ring_, &p);
-    if (rc < 0) return ErrnoToStatus(-rc, "io_uring_queue_init(" + std::to_string(qd_) + ")");
+    if (rc < 0) return QueueInitError(-rc, static_cast<unsigned>(qd_));
     initialized_ = true;
     sqpoll_ = o.sqpoll;
     if (o.fixed_files && io_uring_register_files_sparse(&ring_, kFileSlots) == 0) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <oneapi/tbb/info.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include "core/log.h"
 #include "core/units.h"
@@ -18,6 +19,15 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
+
+struct OptimizerSwapper::UpdateArena {
+  explicit UpdateArena(int threads) : arena(threads) {}
+  tbb::task_arena arena;
+};
+
+OptimizerSwapper::OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio,
+                                   const CpuOptimizer* opt)
+    : options_(o), aio_(aio), optimizer_(opt) {}
 
 Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const OptimizerSwapperOptions& o,
                                                                    AioHandle* aio,
@@ -43,17 +53,10 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optimiz
     } else {
       const int threads = o.update_threads > 0 ? o.update_threads
                                                : std::max(1, tbb::info::default_concurrency() - 1);
-      s->update_arena_ = std::make_unique<tbb::task_arena>(threads);
+      s->update_arena_ = std::make_unique<UpdateArena>(threads);
     }
   }
-  SwapSpaceOptions so;
-  so.dirs = o.nvme_paths;
-  so.name = "optimizer";
-  so.rank = o.rank;
-  so.checksums = o.checksums;
-  so.reuse_stale = o.reuse_stale;
-  so.budget = o.budget;
-  STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(so, aio));
+  STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(SwapSpaceOptionsFor(o, "optimizer"), aio));
   return s;
 }
 
@@ -193,7 +196,10 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
     Status w = s.write.Wait();
     last_.write_wait_ms += Ms(t, Clock::now());
     s.writing = false;
-    if (!w.ok() && error.ok()) error = w.WithContext("write sub-group " + std::to_string(s.sg));
+    if (!w.ok() && error.ok()) {
+      error = w.WithContext("write sub-group " + std::to_string(s.sg) +
+                            " (its state on NVMe is torn until Initialize rewrites it)");
+    }
   };
   auto start_read = [&](int i) {
     Slot& s = slots[static_cast<size_t>(i % nb)];
@@ -262,7 +268,7 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
     t = Clock::now();
     Status u;
     if (pipelined && update_arena_ != nullptr) {
-      update_arena_->execute([&] { u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts); });
+      update_arena_->arena.execute([&] { u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts); });
     } else {
       u = optimizer_->StepAt(*hp, step_ + 1, tensors, opts);
     }

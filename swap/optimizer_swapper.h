@@ -20,25 +20,21 @@
 #include <string>
 #include <vector>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include "aio/aio_handle.h"
 #include "cpu_adam/cpu_optimizer.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 #include "swap/swap_space.h"
+#include "swap/swapper_options.h"
 
 namespace strata {
 
-struct OptimizerSwapperOptions {
-  std::vector<std::string> nvme_paths;
+// The shared fields (nvme_paths, pin_memory, checksums, rank, reuse_stale, budget, device) come
+// from SwapperOptions.
+struct OptimizerSwapperOptions : SwapperOptions {
   size_t buffer_count = 4;
   bool pipeline_read = false;
   bool pipeline_write = false;
-  bool pin_memory = true;
-  bool checksums = false;
-  int rank = 0;
-  bool reuse_stale = false;
   // Keep each sub-group's fp32 gradient shard on NVMe too (when it does not fit in CPU memory):
   // the caller writes it with WriteGrads() as backward produces it, and Step() reads it with the
   // state (a SubGroupIo with grads == nullptr means "use the swapped gradients").
@@ -49,10 +45,6 @@ struct OptimizerSwapperOptions {
   // optimizer's setting, and so does an optimizer created with its own num_threads (its arena
   // wins; Create says so in one line).
   int update_threads = 0;
-  // Optional: buffers charged to Tier::kCpu and the swap file to Tier::kNvme; buffers registered
-  // with `device` for DMA when it can (else mlocked).
-  TierBudget* budget = nullptr;
-  Device* device = nullptr;
 };
 
 // What the step needs from the caller for one sub-group.
@@ -100,7 +92,8 @@ class OptimizerSwapper {
   // One optimizer step over every sub-group, in order. `io(i)` gives sub-group i's gradients and
   // copy-out destination; it is called on the calling thread just before i is updated. The step
   // counter advances once per call. On error the step stops; sub-groups already written hold the
-  // new state and the rest the old (the error says which).
+  // new state and the rest the old (the error says which). A sub-group whose write failed is
+  // torn: reading it (a later Step, ReadState) is FailedPrecondition until Initialize rewrites it.
   Status Step(const std::function<SubGroupIo(int)>& io, const StepOptions& options = {});
 
   // Switches the schedule between steps (benchmarks compare both on the same files).
@@ -122,8 +115,8 @@ class OptimizerSwapper {
     SwapId swap_id = 0;
     SwapId grad_id = 0;  // swap_grads only
   };
-  OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio, const CpuOptimizer* opt)
-      : options_(o), aio_(aio), optimizer_(opt) {}
+  struct UpdateArena;  // a oneTBB task_arena, defined in the .cc (no TBB in this header)
+  OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio, const CpuOptimizer* opt);
   Status EnsureBuffers();
   // Bytes between the params, exp_avg and exp_avg_sq parts of a sub-group: 4 KiB aligned, and
   // kept away from multiples of 32 MiB - arrays an exact multiple of >= 128 MiB apart alias in
@@ -145,9 +138,9 @@ class OptimizerSwapper {
   // sub-group; re-made when a larger one is added).
   std::unique_ptr<PinnedPool> pool_, grad_pool_;
   std::vector<PinnedBuffer> buffers_;
-  std::vector<PinnedBuffer> grad_buffers_;         // swap_grads only, one per buffer
-  std::unique_ptr<tbb::task_arena> update_arena_;  // pipelined updates (see update_threads)
-  std::vector<SwapFuture> grad_writes_;            // swap_grads only: last WriteGrads per sub-group
+  std::vector<PinnedBuffer> grad_buffers_;     // swap_grads only, one per buffer
+  std::unique_ptr<UpdateArena> update_arena_;  // pipelined updates (see update_threads)
+  std::vector<SwapFuture> grad_writes_;        // swap_grads only: last WriteGrads per sub-group
   size_t buffer_numel_ = 0;
   int64_t step_ = 0;
   OptimizerStepStats last_;

@@ -16,14 +16,7 @@ Result<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperOpt
     return InvalidArgumentError("offload_param.buffer_count and buffer_size must be > 0");
   }
   std::unique_ptr<ParamSwapper> s(new ParamSwapper(o));
-  SwapSpaceOptions so;
-  so.dirs = o.nvme_paths;
-  so.name = "param";
-  so.rank = o.rank;
-  so.checksums = o.checksums;
-  so.reuse_stale = o.reuse_stale;
-  so.budget = o.budget;
-  STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(so, aio));
+  STRATA_ASSIGN_OR_RETURN(s->space_, SwapSpace::Create(SwapSpaceOptionsFor(o, "param"), aio));
   PinnedPoolOptions po;
   po.buffer_bytes = o.buffer_size * o.element_bytes;
   po.buffer_count = o.buffer_count;

@@ -25,23 +25,17 @@
 #include "offload/tier_budget.h"
 #include "swap/buffer_arena.h"
 #include "swap/swap_space.h"
+#include "swap/swapper_options.h"
 
 namespace strata {
 
-struct ParamSwapperOptions {
-  std::vector<std::string> nvme_paths;  // one, or several to stripe over
-  size_t element_bytes = 2;             // compute dtype: 2 (fp16/bf16) or 4
+// The shared fields (nvme_paths, pin_memory, checksums, rank, reuse_stale, budget, device) come
+// from SwapperOptions.
+struct ParamSwapperOptions : SwapperOptions {
+  size_t element_bytes = 2;  // compute dtype: 2 (fp16/bf16) or 4
   size_t buffer_count = 5;
   size_t buffer_size = 100'000'000;   // elements per buffer
   size_t max_in_cpu = 1'000'000'000;  // elements kept in CPU memory instead of NVMe
-  bool pin_memory = true;
-  bool checksums = false;
-  int rank = 0;
-  bool reuse_stale = false;
-  // Optional: the swap buffers are charged to Tier::kCpu and the swap file to Tier::kNvme;
-  // the buffers are registered with `device` for DMA when it can (else mlocked).
-  TierBudget* budget = nullptr;
-  Device* device = nullptr;
 };
 
 using ParamId = int64_t;

@@ -25,12 +25,21 @@ bool SwapFuture::ready() const { return !early_.ok() || !io_.valid() || io_.read
 
 Status SwapFuture::Wait() {
   if (!early_.ok()) return early_;
+  Status io;
   if (io_.valid()) {
     auto n = io_.Wait();
-    if (!n.ok()) return n.status();
+    if (!n.ok()) io = n.status();
   }
-  if (after_) return after_();
-  return Status::Ok();
+  switch (kind_) {
+    case Kind::kWrite:
+      return space_->FinishWrite(id_, write_gen_, io);
+    case Kind::kRead:
+      if (!io.ok()) return io;
+      return space_->options().checksums ? space_->VerifyRead(id_, read_buf_) : Status::Ok();
+    case Kind::kNone:
+      break;
+  }
+  return io;
 }
 
 Result<std::unique_ptr<SwapSpace>> SwapSpace::Create(const SwapSpaceOptions& o, AioHandle* aio) {
@@ -88,6 +97,9 @@ Status SwapSpace::OpenFiles() {
     fs.lock_fd = fd;
     files_.push_back(fs);
     paths_.push_back(path);
+    auto file = aio_->Open(path, AioOpenMode::kReadWrite);
+    if (!file.ok()) return file.status().WithContext("swap");
+    aio_files_.push_back(std::move(file).value());
   }
   return Status::Ok();
 }
@@ -98,6 +110,7 @@ SwapSpace::~SwapSpace() {
       if (t.budget_bytes) options_.budget->Release(Tier::kNvme, t.budget_bytes);
     }
   }
+  aio_files_.clear();
   for (size_t i = 0; i < paths_.size(); ++i) {
     aio_->Close(paths_[i]).IgnoreError();
     ::unlink(paths_[i].c_str());
@@ -227,12 +240,65 @@ uint64_t SwapSpace::reserved_bytes() const {
 }
 
 // One AioHandle request per part of the tensor (one per swap directory it is striped over).
-std::vector<AioRequest> SwapSpace::Requests(const Tensor& t, IoOp op, uint8_t* buf) const {
-  std::vector<AioRequest> reqs;
-  for (const Part& p : t.parts) {
-    reqs.push_back({op, paths_[static_cast<size_t>(p.file)], buf + p.tensor_off, p.size, p.offset});
+AioFuture SwapSpace::Submit(const Tensor& t, IoOp op, uint8_t* buf) {
+  if (t.parts.size() == 1) {
+    const Part& p = t.parts[0];
+    const AioFile& f = aio_files_[static_cast<size_t>(p.file)];
+    return op == IoOp::kRead ? f.SubmitRead(buf, p.size, p.offset)
+                             : f.SubmitWrite(buf, p.size, p.offset);
   }
-  return reqs;
+  std::vector<AioRequest> reqs;
+  reqs.reserve(t.parts.size());
+  for (const Part& p : t.parts) {
+    AioRequest r;
+    r.op = op;
+    r.buf = buf + p.tensor_off;
+    r.size_bytes = p.size;
+    r.offset_bytes = p.offset;
+    r.file = &aio_files_[static_cast<size_t>(p.file)];
+    reqs.push_back(r);
+  }
+  return aio_->SubmitBatch(reqs);
+}
+
+// Note [A write that fails]
+// A write is not a fact until its I/O has completed: its checksums and the tensor's "written"
+// state are recorded only then (by the first SwapFuture::Wait, or by the next Read/Write that
+// finds the I/O done). A write that fails - EIO, ENOSPC, a short write - may have overwritten part
+// of the old contents, so the tensor is torn: a read is FailedPrecondition naming the failed
+// write (never the old data, never a checksum mismatch for what was a failed write) until a
+// write succeeds.
+void SwapSpace::FinishWriteLocked(Tensor& t, const Status& io) {
+  if (io.ok()) {
+    t.checksums = std::move(t.pending_checksums);
+    t.state = State::kWritten;
+    t.torn = Status::Ok();
+  } else {
+    t.state = State::kTorn;
+    t.torn = io;
+  }
+  t.pending_checksums.clear();
+  t.write_io = AioFuture();
+}
+
+Status SwapSpace::SettleLocked(SwapId id, Tensor& t, const char* what) {
+  if (t.state != State::kWriting) return Status::Ok();
+  if (!t.write_io.ready()) {
+    return FailedPreconditionError("swap: tensor " + std::to_string(id) + " is " + what +
+                                   " while its write is in flight; wait for the write first");
+  }
+  auto n = t.write_io.Wait();
+  FinishWriteLocked(t, n.ok() ? Status::Ok() : n.status());
+  return Status::Ok();
+}
+
+Status SwapSpace::FinishWrite(SwapId id, uint64_t gen, const Status& io) {
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  if (it != tensors_.end() && it->second.state == State::kWriting && it->second.write_gen == gen) {
+    FinishWriteLocked(it->second, io);
+  }
+  return io;
 }
 
 SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
@@ -244,6 +310,9 @@ SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
     if (it == tensors_.end()) {
       return SwapFuture::Failed(
           NotFoundError("swap: write of unknown tensor " + std::to_string(id)));
+    }
+    if (Status s = SettleLocked(id, it->second, "written again"); !s.ok()) {
+      return SwapFuture::Failed(s);
     }
     size = it->second.size_bytes;
   }
@@ -257,44 +326,53 @@ SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
       sums[i] = XXH3_64bits(bytes + i * blk, std::min(blk, size - i * blk));
     }
   }
-  std::vector<AioRequest> reqs;
-  {
-    std::lock_guard lock(mu_);
-    auto it = tensors_.find(id);
-    if (it == tensors_.end()) {
-      return SwapFuture::Failed(NotFoundError("swap: tensor " + std::to_string(id) + " freed"));
-    }
-    it->second.checksums = std::move(sums);
-    it->second.written = true;
-    reqs = Requests(it->second, IoOp::kWrite, bytes);
-  }
   SwapFuture f;
-  f.io_ = aio_->SubmitBatch(reqs);
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  if (it == tensors_.end()) {
+    return SwapFuture::Failed(NotFoundError("swap: tensor " + std::to_string(id) + " freed"));
+  }
+  Tensor& t = it->second;
+  if (Status s = SettleLocked(id, t, "written again"); !s.ok()) return SwapFuture::Failed(s);
+  t.pending_checksums = std::move(sums);
+  t.state = State::kWriting;
+  t.write_io = Submit(t, IoOp::kWrite, bytes);  // enqueues only: no I/O waits under the lock
+  f.io_ = t.write_io;
+  f.space_ = this;
+  f.kind_ = SwapFuture::Kind::kWrite;
+  f.id_ = id;
+  f.write_gen_ = ++t.write_gen;
   return f;
 }
 
 SwapFuture SwapSpace::Read(SwapId id, void* buf) {
   SwapFuture f;
-  std::vector<AioRequest> reqs;
-  {
-    std::lock_guard lock(mu_);
-    auto it = tensors_.find(id);
-    if (it == tensors_.end()) {
-      f.early_ = NotFoundError("swap: read of unknown tensor " + std::to_string(id));
-      return f;
-    }
-    if (!it->second.written) {
-      f.early_ = FailedPreconditionError("swap: tensor " + std::to_string(id) +
-                                         " is read before it was ever written");
-      return f;
-    }
-    reqs = Requests(it->second, IoOp::kRead, static_cast<uint8_t*>(buf));
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  if (it == tensors_.end()) {
+    f.early_ = NotFoundError("swap: read of unknown tensor " + std::to_string(id));
+    return f;
   }
-  f.io_ = aio_->SubmitBatch(reqs);
-  if (options_.checksums) {
-    auto* b = static_cast<const uint8_t*>(buf);
-    f.after_ = [this, id, b] { return VerifyRead(id, b); };
+  Tensor& t = it->second;
+  if (Status s = SettleLocked(id, t, "read"); !s.ok()) return SwapFuture::Failed(s);
+  if (t.state == State::kUnwritten) {
+    f.early_ = FailedPreconditionError("swap: tensor " + std::to_string(id) +
+                                       " is read before it was ever written");
+    return f;
   }
+  if (t.state == State::kTorn) {
+    f.early_ = FailedPreconditionError(
+        "swap: tensor " + std::to_string(id) + " is torn: its last write failed (" +
+        t.torn.ToString() +
+        "), so its bytes on disk are neither the old nor the new contents; write it again "
+        "before reading it");
+    return f;
+  }
+  f.io_ = Submit(t, IoOp::kRead, static_cast<uint8_t*>(buf));
+  f.space_ = this;
+  f.kind_ = SwapFuture::Kind::kRead;
+  f.id_ = id;
+  f.read_buf_ = static_cast<const uint8_t*>(buf);
   return f;
 }
 

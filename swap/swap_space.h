@@ -9,13 +9,15 @@
 // aligned; the padding is invisible to callers. Space is reserved with fallocate at Reserve(), so
 // a full disk is reported there, before any state depends on it.
 //
-// Integrity: optional xxHash (XXH3-64) per `checksum_block_bytes` block, computed at write and
-// verified at read; a mismatch is DataLoss naming the tensor, file and offset. Files are flock'ed
-// while in use and removed on destruction; a file left by a crashed run is detected at Create and
-// reported (reused only with `reuse_stale`).
+// Integrity (on by default; `strata.swap_checksums: false` turns the checksums off): xxHash
+// (XXH3-64) per `checksum_block_bytes` block, computed at write and verified at read; a mismatch
+// is DataLoss naming the tensor, file and offset. A write counts only once it has completed:
+// Note [A write that fails] in swap_space.cc. Files are flock'ed while in use and removed on
+// destruction; a file left by a crashed run is detected at Create and reported (reused only with
+// `reuse_stale`).
 //
-// Thread safety: all methods may be called concurrently, except that a tensor must not be read
-// or written while it is being written, and Free() needs its I/O finished.
+// Thread safety: all methods may be called concurrently. A tensor is not read or written while
+// its write is in flight (FailedPrecondition), and Free() needs its I/O finished.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aio/aio_file.h"
 #include "aio/aio_handle.h"
 #include "core/status.h"
 #include "offload/tier_budget.h"
@@ -36,7 +39,7 @@ struct SwapSpaceOptions {
   std::vector<std::string> dirs;  // nvme_path, or several to stripe over
   std::string name = "swap";      // e.g. "param", "optimizer"
   int rank = 0;
-  bool checksums = false;
+  bool checksums = true;  // strata.swap_checksums
   size_t checksum_block_bytes = size_t{1} << 20;
   size_t stripe_min_bytes = size_t{4} << 20;
   bool reuse_stale = false;
@@ -48,7 +51,11 @@ struct SwapSpaceOptions {
 
 using SwapId = uint64_t;
 
-// A read or write in flight. Wait() returns once; for reads it verifies checksums.
+class SwapSpace;
+
+// A read or write in flight. Copyable; Wait() may be called repeatedly. For a read it verifies
+// the checksums; for a write it records the outcome in the swap space (see SwapSpace::Write).
+// The SwapSpace must outlive it.
 class SwapFuture {
  public:
   SwapFuture() = default;
@@ -63,9 +70,14 @@ class SwapFuture {
 
  private:
   friend class SwapSpace;
+  enum class Kind : uint8_t { kNone, kRead, kWrite };
   AioFuture io_;
-  std::function<Status()> after_;  // checksum verification for reads
-  Status early_;                   // an error found before any I/O was issued
+  SwapSpace* space_ = nullptr;
+  Kind kind_ = Kind::kNone;
+  uint64_t id_ = 0;
+  uint64_t write_gen_ = 0;             // write: which write of the tensor this is
+  const uint8_t* read_buf_ = nullptr;  // read: the bytes whose checksums are verified
+  Status early_;                       // an error found before any I/O was issued
 };
 
 class SwapSpace {
@@ -82,7 +94,10 @@ class SwapSpace {
   Status Free(SwapId id);
 
   // Async write of the tensor's `size_bytes` from `buf` / read into `buf`. `buf` must stay valid
-  // until the future is waited. Checksums (if on) are computed before the write is issued.
+  // until the future is waited. Checksums (if on) are computed before the write is issued and
+  // take effect when it completes. A write whose I/O fails leaves the tensor torn: reading it is
+  // FailedPrecondition naming the failed write, until a write succeeds. Reading or writing a
+  // tensor whose write is still in flight is FailedPrecondition.
   SwapFuture Write(SwapId id, const void* buf);
   SwapFuture Read(SwapId id, void* buf);
 
@@ -99,11 +114,17 @@ class SwapSpace {
     uint64_t size = 0;        // data bytes
     uint64_t tensor_off = 0;  // where this part starts in the tensor
   };
+  // kUnwritten -> kWriting -> kWritten | kTorn; a write from kWritten or kTorn goes to kWriting.
+  enum class State : uint8_t { kUnwritten, kWriting, kWritten, kTorn };
   struct Tensor {
     size_t size_bytes = 0;
     std::vector<Part> parts;
-    std::vector<uint64_t> checksums;  // per block of the tensor
-    bool written = false;
+    std::vector<uint64_t> checksums;          // per block, of the last completed write
+    std::vector<uint64_t> pending_checksums;  // of the write in flight
+    State state = State::kUnwritten;
+    uint64_t write_gen = 0;     // bumped per write
+    AioFuture write_io;         // the write in flight (kWriting)
+    Status torn;                // kTorn: the failed write's error
     uint64_t budget_bytes = 0;  // charged to options_.budget
   };
   struct FileState {
@@ -113,16 +134,23 @@ class SwapSpace {
     std::vector<std::pair<uint64_t, uint64_t>> free;  // (offset, size), first fit
   };
 
+  friend class SwapFuture;
   SwapSpace(const SwapSpaceOptions& options, AioHandle* aio) : options_(options), aio_(aio) {}
   Status OpenFiles();
   Result<uint64_t> Allocate(int file, uint64_t size);
   static void Release(FileState& f, uint64_t offset, uint64_t size);
   Status VerifyRead(SwapId id, const uint8_t* buf) const;
-  std::vector<AioRequest> Requests(const Tensor& t, IoOp op, uint8_t* buf) const;
+  // Records how write `gen` of `id` ended (from SwapFuture::Wait); returns `io`.
+  Status FinishWrite(SwapId id, uint64_t gen, const Status& io);
+  static void FinishWriteLocked(Tensor& t, const Status& io);
+  // kWriting with its I/O done: record the outcome. Still in flight: FailedPrecondition.
+  static Status SettleLocked(SwapId id, Tensor& t, const char* what);
+  AioFuture Submit(const Tensor& t, IoOp op, uint8_t* buf);
 
   SwapSpaceOptions options_;
   AioHandle* aio_;
   std::vector<std::string> paths_;
+  std::vector<AioFile> aio_files_;  // one per path, opened once
   mutable std::mutex mu_;
   std::vector<FileState> files_;
   std::unordered_map<SwapId, Tensor> tensors_;

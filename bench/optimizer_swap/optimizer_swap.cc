@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aio/aligned_buffer.h"
+#include "core/flags.h"
 #include "core/units.h"
 #include "swap/optimizer_swapper.h"
 
@@ -31,15 +32,45 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  uint64_t elements = 2'000'000'000;
-  uint64_t sub_group = 50'000'000;
+  int64_t elements = 2'000'000'000;
+  int64_t sub_group = 50'000'000;
   std::string path = ".";
-  size_t block = 4 << 20;
-  int queue_depth = 16;
-  int buffers = 4;
-  int update_threads = 0;
+  uint64_t block = 4 << 20;
+  int64_t queue_depth = 16;
+  int64_t buffers = 4;
+  int64_t update_threads = 0;
   bool json = false;
 };
+
+// Exits 0 after --help, 2 with one line on a bad flag.
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  FlagParser flags("optimizer_swap [options]");
+  flags.Int("elements", &a.elements, "optimizer state elements (12 B each on NVMe)", 1);
+  flags.Int("sub-group", &a.sub_group, "sub_group_size (elements)", 1);
+  flags.String("path", &a.path, "directory on the NVMe drive to measure");
+  flags.Int("buffers", &a.buffers, "offload_optimizer.buffer_count", 1, 64);
+  flags.Bytes("block-size", &a.block, "aio block_size");
+  flags.Int("queue-depth", &a.queue_depth, "aio queue_depth", 1, 1024);
+  flags.Int("update-threads", &a.update_threads,
+            "threads of the pipelined update (0: all cores but one, -1: the optimizer's)", -1,
+            1024);
+  flags.Bool("json", &a.json, "print the figures as JSON");
+  std::vector<std::string> positional;
+  Status s = flags.Parse(argc, argv, 1, &positional);
+  if (s.ok() && !positional.empty()) {
+    s = InvalidArgumentError("unexpected argument '" + positional[0] + "'");
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    std::exit(0);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "optimizer_swap: %s\n%s\n", s.message().c_str(), flags.Help().c_str());
+    std::exit(2);
+  }
+  return a;
+}
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "optimizer_swap: %s\n", s.ToString().c_str());
@@ -86,7 +117,7 @@ Result<std::unique_ptr<OptimizerSwapper>> MakeSwapper(Bench& b, uint64_t element
   o.pipeline_read = o.pipeline_write = pipelined;
   o.buffer_count = static_cast<size_t>(b.a.buffers);
   o.checksums = checksums;
-  o.update_threads = b.a.update_threads;
+  o.update_threads = static_cast<int>(b.a.update_threads);
   STRATA_ASSIGN_OR_RETURN(auto sw, OptimizerSwapper::Create(o, b.aio.get(), &b.opt));
   for (uint64_t done = 0; done < elements; done += b.a.sub_group) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(b.a.sub_group, elements - done));
@@ -117,7 +148,7 @@ int Run(const Args& args) {
   if (statvfs(args.path.c_str(), &vfs) != 0 || access(args.path.c_str(), W_OK) != 0) {
     return Fail(InvalidArgumentError(args.path + " is not a writable directory"));
   }
-  const uint64_t need = args.elements * 12 + (5ull << 30);
+  const uint64_t need = static_cast<uint64_t>(args.elements) * 12 + (5ull << 30);
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (free_bytes < need) {
     return Fail(InvalidArgumentError(
@@ -130,8 +161,8 @@ int Run(const Args& args) {
   hp.weight_decay = 0.01f;
   if (!b.opt.AddGroup(hp).ok()) return Fail(InternalError("AddGroup"));
   AioOptions ao;
-  ao.block_size = args.block;
-  ao.queue_depth = args.queue_depth;
+  ao.block_size = static_cast<size_t>(args.block);
+  ao.queue_depth = static_cast<int>(args.queue_depth);
   auto aio = AioHandle::Create(ao);
   if (!aio.ok()) return Fail(aio.status());
   b.aio = std::move(aio).value();
@@ -213,7 +244,7 @@ int Run(const Args& args) {
 
   // Checksum cost on a slice: pipelined step without and with checksums (ABBA).
   say("checksum cost on a slice...");
-  const uint64_t cs_elems = std::min<uint64_t>(args.elements, 8 * args.sub_group);
+  const uint64_t cs_elems = static_cast<uint64_t>(std::min(args.elements, 8 * args.sub_group));
   std::vector<double> plain_ms, sum_ms;
   for (int k = 0; k < 2; ++k) {
     for (bool sums : (k == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true, false})) {
@@ -294,40 +325,4 @@ int Run(const Args& args) {
 }  // namespace
 }  // namespace strata
 
-int main(int argc, char** argv) {
-  strata::Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (k == "--elements") {
-      a.elements = std::strtoull(next().c_str(), nullptr, 10);
-    } else if (k == "--sub-group") {
-      a.sub_group = std::strtoull(next().c_str(), nullptr, 10);
-    } else if (k == "--path") {
-      a.path = next();
-    } else if (k == "--buffers") {
-      a.buffers = std::atoi(next().c_str());
-    } else if (k == "--block-size") {
-      auto v = strata::ParseByteSize(next());
-      if (!v.ok()) return strata::Fail(v.status());
-      a.block = *v;
-    } else if (k == "--queue-depth") {
-      a.queue_depth = std::atoi(next().c_str());
-    } else if (k == "--update-threads") {
-      a.update_threads = std::atoi(next().c_str());
-    } else if (k == "--json") {
-      a.json = true;
-    } else {
-      std::fprintf(
-          stderr,
-          "usage: optimizer_swap [--elements N] [--sub-group N] [--path DIR] "
-          "[--buffers N] [--block-size 4M] [--queue-depth 16] [--update-threads N] [--json]\n");
-      return 2;
-    }
-  }
-  if (a.elements == 0 || a.sub_group == 0 || a.buffers < 1) {
-    std::fprintf(stderr, "optimizer_swap: --elements, --sub-group and --buffers must be > 0\n");
-    return 2;
-  }
-  return strata::Run(a);
-}
+int main(int argc, char** argv) { return strata::Run(strata::ParseArgs(argc, argv)); }

@@ -2,6 +2,7 @@
 // through one AioHandle, (a) one file per tensor (DeepSpeed's layout; the handle still caches
 // the open files) and (b) Strata's few preallocated files with an extent table, in ABBA order.
 // Prints GB/s of each and (b)/(a).
+//   swap_layout [--path DIR]
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "aio/aligned_buffer.h"
+#include "core/flags.h"
 #include "core/units.h"
 #include "swap/swap_space.h"
 
@@ -83,7 +85,22 @@ Times OneSpace(AioHandle& aio, const std::string& dir, int n, size_t size, uint8
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path = argc > 1 ? argv[1] : ".";
+  std::string path = ".";
+  strata::FlagParser flags("swap_layout [--path DIR]");
+  flags.String("path", &path, "directory on the drive to measure");
+  std::vector<std::string> positional;
+  strata::Status s = flags.Parse(argc, argv, 1, &positional);
+  if (s.ok() && !positional.empty()) {
+    s = strata::InvalidArgumentError("unexpected argument '" + positional[0] + "'");
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "swap_layout: %s\n%s\n", s.message().c_str(), flags.Help().c_str());
+    return 2;
+  }
   const std::string dir = path + "/swap_layout." + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   auto aio = std::move(AioHandle::Create({})).value();

@@ -3,10 +3,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "tests/support/status_matchers.h"
 
 namespace strata {
 namespace {
+
+using ::strata::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 TEST(AioConfigTest, DefaultsMatchDeepSpeed) {
   AioOptions o;
@@ -36,15 +43,19 @@ TEST(AioConfigTest, ReadsKeysAndOldThreadCountName) {
 
 TEST(AioConfigTest, RejectsUnknownBothNamesAndBadValues) {
   AioOptions o;
-  auto s = ApplyAioSection(nlohmann::json::parse(R"({"queue_dept": 4})"), &o);
-  EXPECT_NE(s.message().find("did you mean 'queue_depth'"), std::string::npos) << s.message();
-  s = ApplyAioSection(nlohmann::json::parse(R"({"thread_count": 1, "intra_op_parallelism": 2})"),
-                      &o);
-  EXPECT_FALSE(s.ok());
-  s = ApplyAioSection(nlohmann::json::parse(R"({"block_size": 1000})"), &o);
-  EXPECT_NE(s.message().find("aio.block_size"), std::string::npos) << s.message();
-  s = ApplyAioSection(nlohmann::json::parse(R"({"single_submit": "false"})"), &o);
-  EXPECT_NE(s.message().find("true or false"), std::string::npos) << s.message();
+  EXPECT_THAT(
+      ApplyAioSection(nlohmann::json::parse(R"({"queue_dept": 4})"), &o),
+      StatusIs(StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("aio.queue_dept"), HasSubstr("did you mean 'queue_depth'"))));
+  EXPECT_THAT(ApplyAioSection(
+                  nlohmann::json::parse(R"({"thread_count": 1, "intra_op_parallelism": 2})"), &o),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("intra_op_parallelism"), HasSubstr("thread_count"))));
+  EXPECT_THAT(ApplyAioSection(nlohmann::json::parse(R"({"block_size": 1000})"), &o),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("aio.block_size")));
+  EXPECT_THAT(ApplyAioSection(nlohmann::json::parse(R"({"single_submit": "false"})"), &o),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("aio.single_submit"), HasSubstr("true or false"))));
 }
 
 TEST(AioConfigTest, ReadsStrataEngineKeys) {
@@ -55,9 +66,9 @@ TEST(AioConfigTest, ReadsStrataEngineKeys) {
                   .ok());
   EXPECT_EQ(o.engine, IoEngineKind::kLibaio);
   EXPECT_TRUE(o.allow_buffered);
-  Status s = ApplyStrataAioKeys(nlohmann::json::parse(R"({"aio_engine": "spdk"})"), &o);
-  EXPECT_NE(s.message().find("strata.aio_engine"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("io_uring, libaio, auto"), std::string::npos) << s.message();
+  EXPECT_THAT(ApplyStrataAioKeys(nlohmann::json::parse(R"({"aio_engine": "spdk"})"), &o),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("strata.aio_engine"), HasSubstr("io_uring, libaio, auto"))));
 }
 
 TEST(AioConfigTest, ExampleConfigsHaveValidAioSections) {

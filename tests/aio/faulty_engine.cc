@@ -7,6 +7,7 @@
 namespace strata::testing {
 
 bool FaultyEngine::Hit(int every) {
+  if (!Armed()) return false;
   if (every <= 0 || count_ % every != 0) return false;
   if (plan_.max_faults >= 0 && injected_ >= plan_.max_faults) return false;
   ++injected_;
@@ -22,7 +23,7 @@ Result<int> FaultyEngine::Submit(std::span<const IoRequest> requests) {
   std::vector<std::pair<uint64_t, int64_t>> understate;
   for (size_t k = 0; k < requests.size(); ++k) {
     IoRequest r = requests[k];
-    if (plan_.only_reads && r.op != IoOp::kRead) {
+    if ((plan_.only_reads && r.op != IoOp::kRead) || (plan_.only_writes && r.op != IoOp::kWrite)) {
       pass.push_back(r);
       origin.push_back(k);
       continue;
@@ -71,6 +72,9 @@ Result<int> FaultyEngine::Submit(std::span<const IoRequest> requests) {
 }
 
 Result<int> FaultyEngine::Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_us) {
+  if (plan_.reap_error_after >= 0 && Armed() && reaps_++ >= plan_.reap_error_after) {
+    return ErrnoToStatus(EBADR, "io_uring_wait_cqes (injected: broken ring)");
+  }
   int n = 0;
   while (n < static_cast<int>(out.size()) && !synthetic_.empty()) {
     out[static_cast<size_t>(n++)] = synthetic_.front();

@@ -1,6 +1,7 @@
 // A fault-injecting IoEngine for tests: wraps a real engine and, on chosen requests, returns
 // EIO / ENOSPC / EAGAIN without touching the disk, or performs a genuinely short transfer (the
-// wrapped engine is asked for fewer bytes), so every error path of AioHandle runs for real.
+// wrapped engine is asked for fewer bytes), so every error path of AioHandle runs for real. It
+// can also break for good: every Reap after the Nth fails, as a broken ring's would.
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,13 @@ struct FaultPlan {
   int max_faults = -1;
   // Only reads are counted and faulted (writes pass untouched).
   bool only_reads = false;
+  // Only writes are counted and faulted (reads pass untouched).
+  bool only_writes = false;
+  // When set, faults are injected only while it is true (tests arm it after a clean set-up).
+  std::shared_ptr<std::atomic<bool>> armed;
+  // A lasting reap error: every Reap call after this many (counted per engine, only while armed)
+  // fails with EBADR, while the wrapped engine keeps its requests in flight. -1: never.
+  int reap_error_after = -1;
 };
 
 class FaultyEngine final : public IoEngineWrapper {
@@ -46,8 +54,10 @@ class FaultyEngine final : public IoEngineWrapper {
  private:
   bool Hit(int every);
   FaultPlan plan_;
+  bool Armed() const { return plan_.armed == nullptr || plan_.armed->load(); }
   int count_ = 0;
   int injected_ = 0;
+  int reaps_ = 0;
   int target_inflight_ = 0;
   std::deque<IoCompletion> synthetic_;
   std::unordered_map<uint64_t, int64_t> understate_;  // user_data -> bytes to hide

@@ -40,7 +40,7 @@ SKIPPED = {
     "this test)",
     "bench/cpu_adam_vs_deepspeed/compare.py": "needs pip torch + deepspeed and the C ABI library "
     "that is not built by default; not in CI (see its README)",
-    "build/bench/swap_layout/swap_layout DIR": "has no size flags: writes and reads about 28 GB "
+    "build/bench/swap_layout/swap_layout --path DIR": "has no size flags: writes and reads about 28 GB "
     "(minutes on a VM disk)",
 }
 

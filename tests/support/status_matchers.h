@@ -13,6 +13,11 @@
 namespace strata {
 // Lets gtest print a Status in failure messages.
 inline void PrintTo(const Status& s, std::ostream* os) { *os << s.ToString(); }
+// And a Result by its status (instead of its bytes).
+template <typename T>
+void PrintTo(const Result<T>& r, std::ostream* os) {
+  *os << (r.ok() ? std::string("a value") : r.status().ToString());
+}
 }  // namespace strata
 
 namespace strata::testing {

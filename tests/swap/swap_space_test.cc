@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "tests/aio/faulty_engine.h"
+#include "tests/support/aio_or_skip.h"
+#include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
@@ -16,17 +19,45 @@ namespace {
 
 using ::strata::testing::RandomBytes;
 using ::strata::testing::ScratchDir;
+using ::strata::testing::StatusIs;
 using ::strata::testing::TestSeed;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// Flips one byte of `file` at `offset`, behind the swap space's back.
+void CorruptByte(const std::string& file, off_t offset) {
+  int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b;
+  ASSERT_EQ(::pread(fd, &b, 1, offset), 1);
+  b ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &b, 1, offset), 1);
+  ::fsync(fd);
+  ::close(fd);
+}
 
 class SwapSpaceTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
+    STRATA_AIO_OR_SKIP(GetParam());
+    aio_ = MakeAio({});
+    std::filesystem::create_directories(dir_.path() / "a");
+    std::filesystem::create_directories(dir_.path() / "b");
+  }
+  // A handle whose engines inject `plan`'s faults.
+  std::unique_ptr<AioHandle> MakeAio(testing::FaultPlan plan) {
     AioOptions o;
     o.engine = GetParam();
     o.thread_count = 2;
-    aio_ = std::move(AioHandle::Create(o)).value();
-    std::filesystem::create_directories(dir_.path() / "a");
-    std::filesystem::create_directories(dir_.path() / "b");
+    IoEngineKind kind = GetParam();
+    o.engine_factory = [plan, kind](
+                           int, const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
+      STRATA_ASSIGN_OR_RETURN(auto real, CreateIoEngine(kind, eo));
+      return std::unique_ptr<IoEngine>(new testing::FaultyEngine(std::move(real), plan));
+    };
+    auto h = AioHandle::Create(o);
+    EXPECT_THAT(h, ::strata::testing::IsOk());
+    return h.ok() ? std::move(h).value() : nullptr;
   }
   SwapSpaceOptions Options(bool two_dirs) {
     SwapSpaceOptions s;
@@ -90,10 +121,10 @@ TEST_P(SwapSpaceTest, ChecksumMismatchIsDataLossNamingTensorAndOffset) {
   ::fsync(fd);
   ::close(fd);
   std::vector<uint8_t> back(data.size());
-  Status s = space->Read(id, back.data()).Wait();
-  ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-  EXPECT_NE(s.message().find("tensor " + std::to_string(id)), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("tensor offset 1048576"), std::string::npos) << s.message();
+  EXPECT_THAT(space->Read(id, back.data()).Wait(),
+              StatusIs(StatusCode::kDataLoss, AllOf(HasSubstr("tensor " + std::to_string(id)),
+                                                    HasSubstr("tensor offset 1048576"),
+                                                    HasSubstr(space->files()[0] + " @ 1048576"))));
 }
 
 TEST_P(SwapSpaceTest, FilesAreRemovedOnDestructionAndStaleOnesDetected) {
@@ -106,12 +137,13 @@ TEST_P(SwapSpaceTest, FilesAreRemovedOnDestructionAndStaleOnesDetected) {
   for (const auto& f : files) EXPECT_FALSE(std::filesystem::exists(f));
   // A file left behind by a crashed run.
   { std::ofstream(files[0]) << "left over"; }
-  auto stale = SwapSpace::Create(Options(true), aio_.get());
-  ASSERT_FALSE(stale.ok());
-  EXPECT_NE(stale.status().message().find("stale swap file"), std::string::npos)
-      << stale.status().ToString();
+  EXPECT_THAT(SwapSpace::Create(Options(true), aio_.get()),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("stale swap file " + files[0]), HasSubstr("reuse"))));
   EXPECT_TRUE(std::filesystem::exists(files[0])) << "a refused stale file must be left alone";
-  EXPECT_FALSE(SwapSpace::Create(Options(true), aio_.get()).ok()) << "still stale";
+  EXPECT_THAT(SwapSpace::Create(Options(true), aio_.get()),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("stale swap file")))
+      << "still stale";
   auto opts = Options(true);
   opts.reuse_stale = true;
   auto reused = SwapSpace::Create(opts, aio_.get());
@@ -146,21 +178,71 @@ TEST_P(SwapSpaceTest, ReserveFreeChurnOfMixedSizesDoesNotGrowTheFile) {
 TEST_P(SwapSpaceTest, SecondUserOfTheSameFileIsRefused) {
   auto first = SwapSpace::Create(Options(false), aio_.get());
   ASSERT_TRUE(first.ok());
-  auto second = SwapSpace::Create(Options(false), aio_.get());
-  ASSERT_FALSE(second.ok());
-  EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+  EXPECT_THAT(SwapSpace::Create(Options(false), aio_.get()),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr((*first)->files()[0]), HasSubstr("in use"))));
 }
 
 TEST_P(SwapSpaceTest, BadDirectoryAndUnwrittenReadsAreErrors) {
   SwapSpaceOptions o;
   o.dirs = {dir_.File("missing")};
-  auto s = SwapSpace::Create(o, aio_.get());
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("missing"), std::string::npos);
+  EXPECT_THAT(SwapSpace::Create(o, aio_.get()),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("missing"), HasSubstr("not an existing directory"))));
   auto space = std::move(SwapSpace::Create(Options(false), aio_.get())).value();
   SwapId id = *space->Reserve(100);
   std::vector<uint8_t> b(100);
-  EXPECT_EQ(space->Read(id, b.data()).Wait().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(space->Read(id, b.data()).Wait(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("before it was ever written")));
+  EXPECT_THAT(space->Read(id + 100, b.data()).Wait(),
+              StatusIs(StatusCode::kNotFound, HasSubstr("unknown tensor")));
+  EXPECT_THAT(space->Reserve(0), StatusIs(StatusCode::kInvalidArgument, HasSubstr("0-byte")));
+}
+
+TEST_P(SwapSpaceTest, ChecksumsAreOnByDefaultSoACorruptedBlockIsDataLoss) {
+  EXPECT_TRUE(SwapSpaceOptions().checksums);
+  auto space = std::move(SwapSpace::Create(Options(false), aio_.get())).value();
+  auto data = RandomBytes(2 << 20, TestSeed());
+  SwapId id = *space->Reserve(data.size());
+  ASSERT_THAT(space->Write(id, data.data()).Wait(), ::strata::testing::IsOk());
+  CorruptByte(space->files()[0], 4321);
+  std::vector<uint8_t> back(data.size());
+  EXPECT_THAT(space->Read(id, back.data()).Wait(),
+              StatusIs(StatusCode::kDataLoss, HasSubstr("tensor offset 0")));
+}
+
+// A write that fails (here ENOSPC) must never read back as good data: the tensor is torn until a
+// write succeeds, with or without checksums.
+TEST_P(SwapSpaceTest, FailedWriteLeavesTheTensorTornUntilAWriteSucceeds) {
+  for (bool checksums : {false, true}) {
+    SCOPED_TRACE(checksums ? "checksums on" : "checksums off");
+    testing::FaultPlan plan;
+    plan.enospc_every = 2;
+    plan.only_writes = true;
+    plan.armed = std::make_shared<std::atomic<bool>>(false);
+    auto aio = MakeAio(plan);
+    ASSERT_NE(aio, nullptr);
+    auto opts = Options(false);
+    opts.checksums = checksums;
+    auto space = std::move(SwapSpace::Create(opts, aio.get())).value();
+    auto first = RandomBytes(3 << 20, TestSeed());
+    auto second = RandomBytes(3 << 20, TestSeed() + 1);
+    SwapId id = *space->Reserve(first.size());
+    ASSERT_THAT(space->Write(id, first.data()).Wait(), ::strata::testing::IsOk());
+    plan.armed->store(true);
+    EXPECT_THAT(space->Write(id, second.data()).Wait(),
+                StatusIs(StatusCode::kIoError, HasSubstr("No space left on device")));
+    plan.armed->store(false);
+    std::vector<uint8_t> back(first.size());
+    EXPECT_THAT(space->Read(id, back.data()).Wait(),
+                StatusIs(StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("tensor " + std::to_string(id)), HasSubstr("write failed"),
+                               HasSubstr("No space left on device"))));
+    // A successful write heals it.
+    ASSERT_THAT(space->Write(id, second.data()).Wait(), ::strata::testing::IsOk());
+    ASSERT_THAT(space->Read(id, back.data()).Wait(), ::strata::testing::IsOk());
+    EXPECT_EQ(back, second);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, SwapSpaceTest,
