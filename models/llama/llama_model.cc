@@ -1,0 +1,364 @@
+#include "models/llama/llama_model.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/llama/llama_layers.h"
+#include "nn/device_buffer.h"
+#include "nn/ops.h"
+#include "nn/parameter_storage.h"
+#include "nn/pinned_stash.h"
+#include "offload/device/kernels.h"
+
+namespace strata::llama {
+
+using nn::Shape;
+using nn::Tensor;
+
+struct LlamaForCausalLM::Impl {
+  LlamaBatchInfo info;
+  std::unique_ptr<nn::Linear> lm_head;
+  std::unique_ptr<nn::ParameterStorage> storage;
+  nn::DeviceBuffer rope_cos, rope_sin;
+  // Batch-shaped buffers, sized for (cap_tokens, cap_seq) and reused.
+  int64_t cap_batch = 0, cap_seq = 0;
+  nn::DeviceBuffer ids, labels, positions;
+  std::vector<int32_t> host_ids, host_labels, host_pos;
+  std::vector<nn::DeviceBuffer> hidden;  // L + 1, or 2 (ping-pong) with cpu checkpointing
+  std::vector<LayerActivations> acts;    // L, or 1 shared under activation checkpointing
+  LayerGrads grads;
+  nn::DeviceBuffer normf, logits, lse, loss, d_normf, d_hidden[2];
+  std::unique_ptr<nn::PinnedStash> stash;
+  int64_t num_valid = 0;
+  bool has_labels = false;
+  bool forward_done = false;
+};
+
+namespace {
+
+Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return InvalidArgumentError("LlamaForCausalLM: config field " + field + " " + why);
+  };
+  if (c.vocab_size <= 0) return bad("vocab_size", "must be > 0");
+  if (c.hidden_size <= 0) return bad("hidden_size", "must be > 0");
+  if (c.intermediate_size <= 0) return bad("intermediate_size", "must be > 0");
+  if (c.num_hidden_layers < 0) return bad("num_hidden_layers", "must be >= 0");
+  if (c.num_attention_heads <= 0) return bad("num_attention_heads", "must be > 0");
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return bad("hidden_size", "(" + std::to_string(c.hidden_size) +
+                                  ") must be a multiple of num_attention_heads (" +
+                                  std::to_string(c.num_attention_heads) + ")");
+  }
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
+    return bad("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
+                                          ") must divide num_attention_heads (" +
+                                          std::to_string(c.num_attention_heads) + ")");
+  }
+  if (c.head_dim() % 2 != 0) {
+    return bad("hidden_size", "/ num_attention_heads (head_dim " + std::to_string(c.head_dim()) +
+                                  ") must be even for rotary embeddings");
+  }
+  if (c.max_position_embeddings <= 0) return bad("max_position_embeddings", "must be > 0");
+  if (!(c.rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
+  if (!(c.rope_theta > 0)) return bad("rope_theta", "must be > 0");
+  if (o.cpu_checkpointing && !o.activation_checkpointing) {
+    return InvalidArgumentError(
+        "LlamaForCausalLM: cpu_checkpointing needs activation_checkpointing (it moves the "
+        "checkpointed layer inputs to pinned CPU memory)");
+  }
+  return Status::Ok();
+}
+
+// SplitMix64 → two uniforms → Box-Muller: a normal stream that is the same on every platform.
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : s_(seed) {}
+  double Next() {
+    const double u1 = (static_cast<double>(Bits() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(Bits() >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+ private:
+  uint64_t Bits() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_;
+};
+
+Tensor F32(const nn::DeviceBuffer& b, Shape s) { return b.AsTensor(DType::kFloat32, s); }
+
+Status Alloc(Device* d, nn::DeviceBuffer* b, size_t bytes, const char* what) {
+  if (b->size() >= bytes) return Status::Ok();
+  b->Reset();
+  STRATA_ASSIGN_OR_RETURN(*b, nn::DeviceBuffer::Allocate(d, bytes, std::string("llama ") + what));
+  return Status::Ok();
+}
+
+}  // namespace
+
+LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& config, Device* device,
+                                   const LlamaModelOptions& options)
+    : CausalLM(""), config_(config), options_(options), device_(device) {}
+
+LlamaForCausalLM::~LlamaForCausalLM() {
+  if (device_ != nullptr) device_->Synchronize().IgnoreError();  // no work may use our buffers
+}
+
+Result<std::unique_ptr<LlamaForCausalLM>> LlamaForCausalLM::Create(
+    const LlamaConfig& config, Device* device, const LlamaModelOptions& options) {
+  STRATA_RETURN_IF_ERROR(CheckConfig(config, options));
+  if (device == nullptr) return InvalidArgumentError("LlamaForCausalLM: null device");
+  std::unique_ptr<LlamaForCausalLM> m(new LlamaForCausalLM(config, device, options));
+  STRATA_RETURN_IF_ERROR(m->Init());
+  return m;
+}
+
+Status LlamaForCausalLM::Init() {
+  impl_ = std::make_unique<Impl>();
+  model_ = std::make_unique<LlamaModel>(config_, options_.dtype, &impl_->info);
+  RegisterModule(model_.get());
+  if (config_.tie_word_embeddings) {
+    impl_->lm_head = std::make_unique<nn::Linear>("lm_head", &model_->embed_tokens.weight());
+  } else {
+    impl_->lm_head = std::make_unique<nn::Linear>("lm_head", config_.hidden_size,
+                                                  config_.vocab_size, options_.dtype);
+  }
+  RegisterModule(impl_->lm_head.get());
+  AssignNames();
+
+  STRATA_ASSIGN_OR_RETURN(Stream stream, device_->CreateStream());
+  Status s = [&]() -> Status {
+    // RoPE tables as transformers computes them: inv_freq and the angles in fp32.
+    const int64_t half = config_.head_dim() / 2, max_pos = config_.max_position_embeddings;
+    std::vector<float> cos(static_cast<size_t>(max_pos * half)), sin(cos.size());
+    for (int64_t j = 0; j < half; ++j) {
+      const float inv_freq = static_cast<float>(
+          1.0 / std::pow(config_.rope_theta, static_cast<double>(static_cast<float>(2 * j) /
+                                                                 static_cast<float>(2 * half))));
+      for (int64_t p = 0; p < max_pos; ++p) {
+        const float angle = static_cast<float>(p) * inv_freq;
+        cos[static_cast<size_t>(p * half + j)] = static_cast<float>(std::cos(angle));
+        sin[static_cast<size_t>(p * half + j)] = static_cast<float>(std::sin(angle));
+      }
+    }
+    const size_t bytes = cos.size() * sizeof(float);
+    STRATA_ASSIGN_OR_RETURN(impl_->rope_cos,
+                            nn::DeviceBuffer::Allocate(device_, bytes, "rope cos"));
+    STRATA_ASSIGN_OR_RETURN(impl_->rope_sin,
+                            nn::DeviceBuffer::Allocate(device_, bytes, "rope sin"));
+    STRATA_RETURN_IF_ERROR(
+        stream.CopyAsync(impl_->rope_cos.data(), cos.data(), bytes, CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(
+        stream.CopyAsync(impl_->rope_sin.data(), sin.data(), bytes, CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(stream.Synchronize());
+    impl_->info.rope_cos = impl_->rope_cos.f32();
+    impl_->info.rope_sin = impl_->rope_sin.f32();
+    impl_->info.max_pos = max_pos;
+    if (options_.allocate_parameters) {
+      STRATA_ASSIGN_OR_RETURN(
+          impl_->storage,
+          nn::ParameterStorage::Create(device_, NamedParameters(), options_.allocate_grads,
+                                       options_.grad_dtype, stream));
+      nn::RunContext ctx{device_, stream, true};
+      STRATA_RETURN_IF_ERROR(InitializeParameters(ctx, options_.seed));
+    }
+    return Status::Ok();
+  }();
+  Status d = device_->DestroyStream(stream);
+  STRATA_RETURN_IF_ERROR(s);
+  return d;
+}
+
+Status LlamaForCausalLM::InitializeParameters(const nn::RunContext& ctx, uint64_t seed) {
+  std::vector<float> host;
+  for (nn::Parameter* p : NamedParameters()) {
+    host.resize(static_cast<size_t>(p->numel()));
+    if (p->shape().ndim() == 1) {
+      std::fill(host.begin(), host.end(), 1.0f);  // RMSNorm weights
+    } else {
+      Normal rng(seed * 0x100000001B3ull + static_cast<uint64_t>(p->index()) + 1);
+      for (float& v : host) v = static_cast<float>(rng.Next() * options_.init_std);
+    }
+    STRATA_RETURN_IF_ERROR(
+        nn::UploadParameter(ctx.stream, *p, host.data(), DType::kFloat32, host.size()));
+  }
+  return Status::Ok();
+}
+
+Status LlamaForCausalLM::ZeroGrads(const nn::RunContext& ctx) {
+  if (impl_->storage != nullptr) return impl_->storage->ZeroGrads(ctx.stream);
+  for (nn::Parameter* p : NamedParameters()) {
+    if (p->grad() == nullptr) continue;
+    STRATA_RETURN_IF_ERROR(
+        LaunchFill(ctx.stream, p->grad(), p->grad_dtype(), 0.0f, static_cast<size_t>(p->numel())));
+  }
+  return ctx.stream.Synchronize();
+}
+
+nn::Linear& LlamaForCausalLM::lm_head() { return *impl_->lm_head; }
+
+Tensor LlamaForCausalLM::Hidden(int64_t layer) const {
+  const int64_t n = impl_->info.tokens();
+  const size_t i =
+      options_.cpu_checkpointing ? static_cast<size_t>(layer % 2) : static_cast<size_t>(layer);
+  return F32(impl_->hidden[i], Shape{n, config_.hidden_size});
+}
+
+Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch, int64_t seq) {
+  Impl& m = *impl_;
+  m.info.batch = batch;
+  m.info.seq = seq;
+  if (batch <= m.cap_batch && seq == m.cap_seq) return Status::Ok();
+  Device* d = device_;
+  const size_t n = static_cast<size_t>(batch * seq), h = static_cast<size_t>(config_.hidden_size);
+  const size_t v = static_cast<size_t>(config_.vocab_size), f = sizeof(float);
+  const int64_t layers = config_.num_hidden_layers;
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.ids, n * 4, "input ids"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.labels, n * 4, "labels"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.positions, n * 4, "position ids"));
+  m.hidden.resize(options_.cpu_checkpointing ? 2 : static_cast<size_t>(layers + 1));
+  for (auto& b : m.hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "hidden states"));
+  m.acts.resize(options_.activation_checkpointing ? 1 : static_cast<size_t>(layers));
+  for (auto& a : m.acts) STRATA_RETURN_IF_ERROR(AllocateActivations(d, config_, m.info, &a));
+  STRATA_RETURN_IF_ERROR(AllocateGrads(d, config_, m.info, &m.grads));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.normf, n * h * f, "final norm"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.logits, n * v * f, "logits"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.lse, n * f, "logsumexp"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.loss, f, "loss"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.d_normf, n * h * f, "d_final_norm"));
+  for (auto& b : m.d_hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "d_hidden"));
+  for (int64_t l = 0; l < layers; ++l) {
+    LayerActivations* a = &m.acts[options_.activation_checkpointing ? 0 : static_cast<size_t>(l)];
+    model_->layer[static_cast<size_t>(l)]->set_workspace(a, &m.grads,
+                                                         options_.activation_checkpointing);
+  }
+  if (options_.cpu_checkpointing && layers > 0) {
+    m.stash.reset();
+    STRATA_ASSIGN_OR_RETURN(m.stash,
+                            nn::PinnedStash::Create(d, n * h * f, static_cast<size_t>(layers)));
+  }
+  m.info.positions = static_cast<const int32_t*>(m.positions.data());
+  m.cap_batch = batch;
+  m.cap_seq = seq;
+  (void)ctx;
+  return Status::Ok();
+}
+
+Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch& batch) {
+  const int64_t b = batch.batch, t = batch.seq_len, n = b * t;
+  if (b <= 0 || t <= 0) return InvalidArgumentError("LlamaForCausalLM::Forward: empty batch");
+  if (t > config_.max_position_embeddings) {
+    return InvalidArgumentError("LlamaForCausalLM::Forward: seq_len " + std::to_string(t) +
+                                " exceeds max_position_embeddings " +
+                                std::to_string(config_.max_position_embeddings));
+  }
+  if (batch.input_ids.size() != static_cast<size_t>(n) ||
+      (!batch.labels.empty() && batch.labels.size() != static_cast<size_t>(n))) {
+    return InvalidArgumentError(
+        "LlamaForCausalLM::Forward: input_ids/labels must hold batch * "
+        "seq_len = " +
+        std::to_string(n) + " ids");
+  }
+  // Earlier work may still read the staging vectors or the buffers about to be resized.
+  STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());
+  STRATA_RETURN_IF_ERROR(EnsureBuffers(ctx, b, t));
+  Impl& m = *impl_;
+  m.host_ids.assign(batch.input_ids.begin(), batch.input_ids.end());
+  m.host_pos.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) m.host_pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+  m.has_labels = !batch.labels.empty();
+  m.num_valid = 0;
+  if (m.has_labels) {
+    m.host_labels.assign(batch.labels.begin(), batch.labels.end());
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % t != 0 && m.host_labels[static_cast<size_t>(i)] != nn::kIgnoreIndex) ++m.num_valid;
+    }
+    STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.labels.data(), m.host_labels.data(), n * 4,
+                                                CopyKind::kHostToDevice));
+  }
+  STRATA_RETURN_IF_ERROR(
+      ctx.stream.CopyAsync(m.ids.data(), m.host_ids.data(), n * 4, CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      ctx.stream.CopyAsync(m.positions.data(), m.host_pos.data(), n * 4, CopyKind::kHostToDevice));
+  m.forward_done = false;
+  const int64_t h = config_.hidden_size, layers = config_.num_hidden_layers;
+  STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*this, ctx, [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*model_, ctx, [&]() -> Status {
+      STRATA_RETURN_IF_ERROR(model_->embed_tokens.Forward(
+          ctx, static_cast<const int32_t*>(m.ids.data()), n, Hidden(0)));
+      for (int64_t l = 0; l < layers; ++l) {
+        STRATA_RETURN_IF_ERROR(
+            model_->layer[static_cast<size_t>(l)]->Forward(ctx, Hidden(l), Hidden(l + 1)));
+        if (m.stash != nullptr) {
+          STRATA_RETURN_IF_ERROR(m.stash->Save(ctx.stream, static_cast<size_t>(l), Hidden(l)));
+        }
+      }
+      return model_->norm.Forward(ctx, Hidden(layers), F32(m.normf, Shape{n, h}));
+    }));
+    STRATA_RETURN_IF_ERROR(m.lm_head->Forward(ctx, F32(m.normf, Shape{n, h}), logits()));
+    if (!m.has_labels) return Status::Ok();
+    nn::CrossEntropyArgs x;
+    x.batch = b, x.seq = t, x.vocab = config_.vocab_size;
+    x.logits = m.logits.f32();
+    x.labels = static_cast<const int32_t*>(m.labels.data());
+    x.num_valid = m.num_valid;
+    x.lse = m.lse.f32();
+    x.loss = m.loss.f32();
+    return nn::CrossEntropyForward(ctx.stream, x);
+  }));
+  m.forward_done = true;
+  return Status::Ok();
+}
+
+Status LlamaForCausalLM::Backward(const nn::RunContext& ctx, float loss_scale) {
+  Impl& m = *impl_;
+  if (!m.forward_done || !m.has_labels) {
+    return FailedPreconditionError(
+        "LlamaForCausalLM::Backward: needs a Forward with labels first (and one Backward each)");
+  }
+  m.forward_done = false;
+  const int64_t n = m.info.tokens(), h = config_.hidden_size, layers = config_.num_hidden_layers;
+  return nn::WithBackwardHooks(*this, ctx, [&]() -> Status {
+    nn::CrossEntropyArgs x;
+    x.batch = m.info.batch, x.seq = m.info.seq, x.vocab = config_.vocab_size;
+    x.logits = m.logits.f32();
+    x.labels = static_cast<const int32_t*>(m.labels.data());
+    x.num_valid = m.num_valid;
+    x.lse = m.lse.f32();
+    x.loss_scale = loss_scale;
+    STRATA_RETURN_IF_ERROR(nn::CrossEntropyBackward(ctx.stream, x));
+    STRATA_RETURN_IF_ERROR(m.lm_head->Backward(ctx, logits(), F32(m.d_normf, Shape{n, h})));
+    return nn::WithBackwardHooks(*model_, ctx, [&]() -> Status {
+      int cur = 0;
+      STRATA_RETURN_IF_ERROR(model_->norm.Backward(ctx, F32(m.d_normf, Shape{n, h}),
+                                                   F32(m.d_hidden[cur], Shape{n, h})));
+      for (int64_t l = layers - 1; l >= 0; --l) {
+        if (m.stash != nullptr) {
+          STRATA_RETURN_IF_ERROR(m.stash->Restore(ctx.stream, static_cast<size_t>(l), Hidden(l)));
+        }
+        STRATA_RETURN_IF_ERROR(model_->layer[static_cast<size_t>(l)]->Backward(
+            ctx, F32(m.d_hidden[cur], Shape{n, h}), F32(m.d_hidden[1 - cur], Shape{n, h})));
+        cur = 1 - cur;
+      }
+      return model_->embed_tokens.Backward(ctx, F32(m.d_hidden[cur], Shape{n, h}));
+    });
+  });
+}
+
+Tensor LlamaForCausalLM::logits() const {
+  const Impl& m = *impl_;
+  if (m.logits.data() == nullptr) return Tensor();
+  return F32(m.logits, Shape{m.info.batch, m.info.seq, config_.vocab_size});
+}
+
+const float* LlamaForCausalLM::loss_device() const {
+  return impl_->has_labels ? impl_->loss.f32() : nullptr;
+}
+
+}  // namespace strata::llama

@@ -1,0 +1,74 @@
+// The host (CPU) backend of the nn op set: the op table registered for DeviceKind::kHost and the
+// kernels behind it. Every op is enqueued with Stream::LaunchHostFunc and runs on the stream's
+// worker: GEMMs in OpenBLAS (its own threads), everything else in vectorised loops split over
+// rows with oneTBB — never both at once in one op, so the two thread pools do not fight over the
+// cores. Kernels run synchronously when called directly (tests of internals, benchmarks).
+#pragma once
+
+#include "nn/op_registry.h"
+#include "nn/ops.h"
+
+namespace strata::nn::internal {
+
+const OpTable& HostOpTable();
+
+// Synchronous kernels (argument checks done by nn/ops.cc).
+Status HostGemm(const GemmArgs& a);
+Status HostAttentionForward(const AttentionArgs& a);
+Status HostAttentionBackward(const AttentionArgs& a);
+Status HostCrossEntropyForward(const CrossEntropyArgs& a);
+Status HostCrossEntropyBackward(const CrossEntropyArgs& a);
+
+struct EmbeddingArgs {
+  const int32_t* ids;
+  int64_t n;
+  const void* table;  // forward: table; backward: dtable
+  void* dtable;
+  DType dtype;
+  int64_t vocab, dim;
+  const float* dout;
+  float* out;
+};
+Status HostEmbeddingForward(const EmbeddingArgs& a);
+Status HostEmbeddingBackward(const EmbeddingArgs& a);
+
+struct RmsNormArgs {
+  const float* x;
+  const void* w;
+  DType w_dtype;
+  int64_t n, dim;
+  float eps;
+  float* y;
+  float* rstd;
+  const float* dy;
+  float* dx;
+  void* dw;
+  DType dw_dtype;
+};
+Status HostRmsNormForward(const RmsNormArgs& a);
+Status HostRmsNormBackward(const RmsNormArgs& a);
+
+struct RopeArgs {
+  float* x;
+  int64_t n, heads, head_dim;
+  const float* cos;
+  const float* sin;
+  const int32_t* pos;
+  int64_t max_pos;
+  bool inverse;
+};
+Status HostRope(const RopeArgs& a);
+
+struct SwiGluArgs {
+  const float* gate;
+  const float* up;
+  const float* dh;
+  int64_t n;
+  float* h;
+  float* dgate;
+  float* dup;
+};
+Status HostSwiGluForward(const SwiGluArgs& a);
+Status HostSwiGluBackward(const SwiGluArgs& a);
+
+}  // namespace strata::nn::internal

@@ -1,0 +1,77 @@
+// Parameter: a named weight with a gradient slot. Its storage is placed by its owner — a
+// ParameterStorage for standalone use (tests, benchmarks), later the engine, which swaps,
+// partitions and releases it — through set_data / set_grad; the Parameter never allocates.
+//
+// Gradients accumulate: every backward adds (+=) into grad(), in grad_dtype(), so micro-batches
+// sum until the owner zeroes the slot (ParameterStorage::ZeroGrads or the engine). A parameter
+// whose data() is null is "released" (ZeRO-3 between uses): running a module that reads it is a
+// FailedPrecondition naming it, so a missing gather is an error, not a crash.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "nn/tensor.h"
+#include "offload/device/stream.h"
+
+namespace strata::nn {
+
+class Parameter {
+ public:
+  Parameter(Shape shape, DType dtype) : shape_(shape), dtype_(dtype) {}
+  Parameter(const Parameter&) = delete;
+  Parameter& operator=(const Parameter&) = delete;
+
+  // Hugging Face's full name ("model.layers.3.mlp.down_proj.weight"), set when the module tree
+  // is named (Module::AssignNames); the local name ("weight") until then.
+  const std::string& name() const { return name_; }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return shape_.numel(); }
+  size_t size_bytes() const { return static_cast<size_t>(numel()) * DTypeBytes(dtype_); }
+
+  // Storage, in memory of the device the model runs on (host-accessible on HostDevice).
+  void* data() const { return data_; }
+  void set_data(void* data) { data_ = data; }
+  Tensor tensor() const { return Tensor(data_, dtype_, shape_); }
+
+  // The gradient slot: numel() elements of grad_dtype(); null = this parameter's gradient is
+  // not wanted (frozen), and backward skips it.
+  void* grad() const { return grad_; }
+  DType grad_dtype() const { return grad_dtype_; }
+  void set_grad(void* grad, DType grad_dtype) {
+    grad_ = grad;
+    grad_dtype_ = grad_dtype;
+  }
+  Tensor grad_tensor() const { return Tensor(grad_, grad_dtype_, shape_); }
+
+  // Index in the root module's NamedParameters() order (-1 before naming).
+  int64_t index() const { return index_; }
+
+  // OK if data() is set, else FailedPrecondition naming the parameter and `what` needs it.
+  Status CheckPlaced(const char* what) const;
+
+ private:
+  friend class Module;
+  std::string name_;
+  Shape shape_;
+  DType dtype_;
+  void* data_ = nullptr;
+  void* grad_ = nullptr;
+  DType grad_dtype_ = DType::kFloat32;
+  int64_t index_ = -1;
+};
+
+// Copies `numel` host elements of `src_dtype` into p.data(), converting to p.dtype() (round to
+// nearest even). Synchronous: returns when the data is on the device. InvalidArgument naming the
+// parameter if numel differs.
+Status UploadParameter(const Stream& stream, const Parameter& p, const void* src, DType src_dtype,
+                       size_t numel);
+// Copies p.data() (or p.grad() if `grad`) to host memory as `dst_dtype`. Synchronous.
+Status DownloadParameter(const Stream& stream, const Parameter& p, void* dst, DType dst_dtype,
+                         bool grad = false);
+
+}  // namespace strata::nn

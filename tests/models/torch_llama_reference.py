@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""An independent Llama reference: Hugging Face's LlamaForCausalLM math written out in plain
+PyTorch, in float64, from the model card and transformers' modeling_llama.py - not the C++ code
+under test, and without transformers (not installed).
+
+Reads a Hugging Face model directory (config.json + model.safetensors, or the shards of
+model.safetensors.index.json, parsed here with numpy) and a tokens file (JSON:
+{"input_ids": [[...]], "labels": [[...]]}; labels as in Hugging Face - the model shifts them,
+-100 is ignored), runs forward and backward, and writes a safetensors file of F64 tensors:
+"logits" [B, T, V], "loss" [], and "grad.<parameter name>" for every parameter in the checkpoint.
+
+Run with Debian's interpreter: /usr/bin/python3 torch_llama_reference.py MODEL_DIR TOKENS OUT
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+
+def read_safetensors(path):
+    """{name: float64 torch tensor} for the F32/F16/BF16 tensors of one file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        buf = data[begin:end]
+        dtype = info["dtype"]
+        if dtype == "F32":
+            arr = np.frombuffer(buf, dtype="<f4").astype(np.float64)
+        elif dtype == "F16":
+            arr = np.frombuffer(buf, dtype="<f2").astype(np.float64)
+        elif dtype == "BF16":
+            bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32).astype(np.float64)
+        else:
+            raise ValueError(f"{path}: tensor {name} has dtype {dtype}")
+        out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return out
+
+
+def read_checkpoint(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(read_safetensors(os.path.join(model_dir, shard)))
+        return {name: tensors[name] for name in weight_map}
+    return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+
+def write_safetensors_f64(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, t in tensors.items():
+        b = t.detach().contiguous().numpy().astype("<f8").tobytes()
+        header[name] = {"dtype": "F64", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        offset += len(b)
+        blobs.append(b)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def llama_forward(cfg, p, input_ids):
+    hidden = cfg["hidden_size"]
+    n_heads = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads") or n_heads
+    head_dim = hidden // n_heads
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+    B, T = input_ids.shape
+
+    # RoPE (rotate-half convention): angle(t, j) = t * theta^(-2j / head_dim).
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((angles, angles), dim=-1)
+    cos, sin = emb.cos(), emb.sin()  # [T, head_dim]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+    h = p["model.embed_tokens.weight"][input_ids]  # [B, T, hidden]
+    for i in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{i}."
+        x = rms_norm(h, p[pre + "input_layernorm.weight"], eps)
+        q = (x @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, n_heads, head_dim)
+        k = (x @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, n_kv, head_dim)
+        v = (x @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, n_kv, head_dim)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # Grouped-query attention: query head j reads key/value head j // (n_heads / n_kv).
+        k = k.repeat_interleave(n_heads // n_kv, dim=1)
+        v = v.repeat_interleave(n_heads // n_kv, dim=1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attn = torch.softmax(scores, dim=-1) @ v  # [B, heads, T, hd]
+        attn = attn.transpose(1, 2).reshape(B, T, hidden)
+        h = h + attn @ p[pre + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, p[pre + "post_attention_layernorm.weight"], eps)
+        gate = x @ p[pre + "mlp.gate_proj.weight"].T
+        up = x @ p[pre + "mlp.up_proj.weight"].T
+        h = h + (torch.nn.functional.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
+    h = rms_norm(h, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
+    return h @ head.T  # [B, T, vocab]
+
+
+def main(argv):
+    if len(argv) != 4:
+        sys.exit(__doc__)
+    model_dir, tokens_path, out_path = argv[1:]
+    torch.set_num_threads(2)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    with open(tokens_path) as f:
+        tokens = json.load(f)
+    params = {name: t.requires_grad_(True) for name, t in read_checkpoint(model_dir).items()}
+    input_ids = torch.tensor(tokens["input_ids"], dtype=torch.long)
+    labels = torch.tensor(tokens["labels"], dtype=torch.long)
+
+    logits = llama_forward(cfg, params, input_ids)
+    vocab = logits.shape[-1]
+    # Hugging Face's loss: position t predicts labels[t + 1]; mean over labels that are not -100.
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1, :].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100)
+    loss.backward()
+
+    out = {"logits": logits, "loss": loss.reshape(())}
+    for name, t in params.items():
+        out["grad." + name] = t.grad if t.grad is not None else torch.zeros_like(t)
+    write_safetensors_f64(out_path, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
