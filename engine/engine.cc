@@ -1,0 +1,228 @@
+// Engine set-up (placement, initial values) and the micro-step API; the boundary step is in
+// engine_step.cc.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/units.h"
+#include "engine/engine_impl.h"
+#include "offload/device/kernels.h"
+
+namespace strata {
+
+namespace {
+
+constexpr size_t kAlignNumel = 64;
+
+size_t AlignUp(size_t n) { return (n + kAlignNumel - 1) / kAlignNumel * kAlignNumel; }
+
+Result<OptimizerKind> ToKernel(const OptimizerConfig& o, Hyperparams* hp) {
+  hp->lr = static_cast<float>(o.lr);
+  hp->beta1 = static_cast<float>(o.beta1);
+  hp->beta2 = static_cast<float>(o.beta2);
+  hp->eps = static_cast<float>(o.eps);
+  hp->weight_decay = static_cast<float>(o.weight_decay);
+  hp->adam_w_mode = o.adam_w_mode;
+  hp->bias_correction = o.bias_correction;
+  switch (o.type) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+      return OptimizerKind::kAdam;
+    case OptimizerType::kAdagrad:
+      return OptimizerKind::kAdagrad;
+    case OptimizerType::kLion:
+      return OptimizerKind::kLion;
+  }
+  return InvalidArgumentError("optimizer.type: unknown");
+}
+
+}  // namespace
+
+Engine::Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device)
+    : model_(model),
+      config_(config),
+      comm_(comm),
+      device_(device),
+      impl_(std::make_unique<Impl>()) {}
+
+Engine::~Engine() {
+  if (impl_ != nullptr) impl_->Release(device_);
+}
+
+Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Config& config,
+                                                   Communicator& comm, Device& device,
+                                                   const EngineInit& init) {
+  const ZeroConfig& z = config.zero;
+  if (z.stage == 3) {
+    return UnimplementedError(
+        "zero_optimization.stage = 3: parameter partitioning is not built yet (stages 0-2 are)");
+  }
+  if (z.offload_optimizer.device == OffloadDevice::kNvme ||
+      z.offload_param.device != OffloadDevice::kNone) {
+    return UnimplementedError(
+        "zero_optimization.offload_" +
+        std::string(z.offload_optimizer.device == OffloadDevice::kNvme ? "optimizer" : "param") +
+        ".device = " +
+        std::string(OffloadDeviceName(z.offload_optimizer.device == OffloadDevice::kNvme
+                                          ? z.offload_optimizer.device
+                                          : z.offload_param.device)) +
+        ": not built yet (offload_optimizer none/cpu are)");
+  }
+  if (z.offload_optimizer.ratio != 1.0) {
+    return UnimplementedError("zero_optimization.offload_optimizer.ratio < 1: not built yet");
+  }
+  if (!init.init_param) return InvalidArgumentError("engine: EngineInit::init_param is required");
+  std::unique_ptr<Engine> e(new Engine(model, config, comm, device));
+  STRATA_RETURN_IF_ERROR(e->Place(init));
+  STRATA_RETURN_IF_ERROR(e->InitializeValues(init.init_param));
+  return e;
+}
+
+Status Engine::Place(const EngineInit& init) {
+  Impl& im = *impl_;
+  const ZeroConfig& z = config_.zero;
+  compute_dtype_ = config_.bf16.enabled   ? DType::kBFloat16
+                   : config_.fp16.enabled ? DType::kFloat16
+                                          : DType::kFloat32;
+  params_ = model_.NamedParameters();
+  if (params_.empty()) return InvalidArgumentError("engine: the model has no parameters");
+  std::vector<size_t> numels;
+  for (const nn::Parameter* p : params_) {
+    if (p->dtype() != compute_dtype_) {
+      return InvalidArgumentError(
+          "engine: parameter " + p->name() + " is " + std::string(DTypeName(p->dtype())) +
+          " but the config trains in " + std::string(DTypeName(compute_dtype_)) +
+          " (build the model with the config's dtype: fp16/bf16.enabled)");
+    }
+    numels.push_back(static_cast<size_t>(p->numel()));
+  }
+  const bool partitioned = z.stage >= 1;
+  im.part_world = partitioned ? comm_.world_size() : 1;
+  STRATA_ASSIGN_OR_RETURN(
+      layout_,
+      PartitionLayout::Create(numels, im.part_world, partitioned ? comm_.rank() : 0, kAlignNumel));
+
+  STRATA_ASSIGN_OR_RETURN(im.compute, device_.CreateStream());
+  STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream());
+  im.budget = init.budget != nullptr ? init.budget : &im.own_budget;
+
+  // Full parameters and fp32 gradient slots, one flat device buffer each.
+  size_t total = 0;
+  for (size_t n : numels) {
+    im.full_offset.push_back(total);
+    total += AlignUp(n);
+  }
+  im.full_numel = total;
+  const size_t cbytes = DTypeBytes(compute_dtype_);
+  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, total * cbytes, "parameters", &im.params_flat));
+  STRATA_RETURN_IF_ERROR(
+      im.AllocDevice(device_, total * sizeof(float), "gradients (fp32)", &im.grads_flat));
+  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * cbytes,
+                                        "updated parameter shards", &im.shard_flat));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i]->set_data(static_cast<uint8_t*>(im.params_flat) + im.full_offset[i] * cbytes);
+    params_[i]->set_grad(static_cast<float*>(im.grads_flat) + im.full_offset[i], DType::kFloat32);
+  }
+  STRATA_RETURN_IF_ERROR(
+      LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
+
+  // Optimizer state and the fp32 gradient partition it steps on.
+  OptimizerStateOptions oo;
+  STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
+  oo.tier = z.offload_optimizer.device == OffloadDevice::kCpu ? Tier::kCpu : Tier::kDevice;
+  oo.pin_memory = z.offload_optimizer.pin_memory;
+  im.hyperparams = oo.hyperparams;
+  STRATA_ASSIGN_OR_RETURN(opt_, OptimizerState::Create(layout_, oo, &device_, im.budget));
+  if (oo.tier == Tier::kDevice) {
+    im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
+    im.param_copy = im.shard_flat;
+  } else {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
+                                          "gradient partition (fp32)", &im.grad_partition_dev));
+    im.grad_partition = im.grad_partition_dev;
+    STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
+                                      layout_.partition_numel()));
+    PinnedPoolOptions po;
+    po.buffer_bytes = std::max<size_t>(layout_.partition_numel() * cbytes, 64);
+    po.buffer_count = 1;
+    po.lock = z.offload_optimizer.pin_memory;
+    po.device = &device_;
+    po.budget = im.budget;
+    po.name = "updated parameter staging";
+    STRATA_ASSIGN_OR_RETURN(im.staging_pool, PinnedPool::Create(po));
+    im.staging = im.staging_pool->Acquire();
+    im.param_copy = im.staging.data();
+  }
+  if (z.stage == 2) {
+    size_t max_shard = 0;
+    for (const ShardSlice& s : layout_.slices()) max_shard = std::max(max_shard, s.shard_numel);
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, std::max<size_t>(max_shard, 1) * sizeof(float),
+                                          "reduce-scatter buffer", &im.reduce_tmp));
+  }
+  im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+
+  // Loss scaling and the LR schedule.
+  if (config_.fp16.enabled) {
+    LossScalerOptions lo;
+    lo.dynamic = config_.fp16.loss_scale == 0;
+    lo.initial_scale = lo.dynamic
+                           ? std::ldexp(1.0, static_cast<int>(config_.fp16.initial_scale_power))
+                           : config_.fp16.loss_scale;
+    lo.scale_window = config_.fp16.loss_scale_window;
+    lo.hysteresis = config_.fp16.hysteresis;
+    lo.consecutive_hysteresis = config_.fp16.consecutive_hysteresis;
+    lo.min_scale = config_.fp16.min_loss_scale;
+    STRATA_ASSIGN_OR_RETURN(scaler_, LossScaler::Create(lo));
+  }
+  STRATA_ASSIGN_OR_RETURN(
+      LrSchedule schedule,
+      LrSchedule::Create(config_.scheduler, config_.optimizer.lr, config_.optimizer.beta1));
+  schedule_ = std::make_unique<LrSchedule>(schedule);
+  stats_.loss_scale = scaler_.scale();
+  return Status::Ok();
+}
+
+Status Engine::InitializeValues(const ParamInitFn& init) {
+  std::vector<float> values;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const nn::Parameter& p = *params_[i];
+    values.assign(static_cast<size_t>(p.numel()), 0.0f);
+    STRATA_RETURN_IF_ERROR(init(p, values).WithContext("initialising " + p.name()));
+    const ShardSlice& s = layout_.slices()[i];
+    std::memcpy(opt_->master() + s.flat_offset, values.data() + s.param_offset,
+                s.valid_numel * sizeof(float));
+    // The compute copy starts as the master rounded once, as every later write-back is.
+    STRATA_RETURN_IF_ERROR(
+        nn::UploadParameter(impl_->compute, p, values.data(), DType::kFloat32, values.size()));
+  }
+  return Status::Ok();
+}
+
+Status Engine::Forward(const nn::TokenBatch& micro_batch) {
+  nn::RunContext ctx{&device_, impl_->compute, true};
+  return model_.Forward(ctx, micro_batch);
+}
+
+Status Engine::Backward() {
+  nn::RunContext ctx{&device_, impl_->compute, true};
+  const double gas =
+      static_cast<double>(std::max<int64_t>(1, config_.batch.gradient_accumulation_steps));
+  STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
+  ++stats_.micro_steps;
+  if (config_.zero.stage == 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
+  return Status::Ok();
+}
+
+bool Engine::IsGradientAccumulationBoundary() const {
+  const int64_t gas = std::max<int64_t>(1, config_.batch.gradient_accumulation_steps);
+  return stats_.micro_steps > 0 && stats_.micro_steps % gas == 0;
+}
+
+Result<float> Engine::Loss() {
+  nn::RunContext ctx{&device_, impl_->compute, true};
+  return model_.ReadLoss(ctx);
+}
+
+}  // namespace strata

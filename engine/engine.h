@@ -1,0 +1,133 @@
+// Engine: ZeRO data-parallel training of an nn::CausalLM — DeepSpeed's workflow in C++:
+//
+//   STRATA_ASSIGN_OR_RETURN(auto engine, Engine::Initialize(model, config, comm, device, init));
+//   for (...) {
+//     STRATA_RETURN_IF_ERROR(engine->Forward(micro_batch));   // model_engine(batch)
+//     STRATA_RETURN_IF_ERROR(engine->Backward());             // model_engine.backward(loss)
+//     STRATA_RETURN_IF_ERROR(engine->Step());                 // model_engine.step()
+//   }
+//
+// Model-agnostic: it sees the module tree and its Parameters, never a model family. The model
+// must be built without storage of its own (e.g. LlamaModelOptions::allocate_parameters =
+// false): the engine places every parameter and gradient.
+//
+// What lives where (world = data-parallel ranks; the partition is engine/partition.h's):
+//   stage 0   every rank: full compute params + fp32 grads on the device, the whole fp32 master
+//             and optimizer state; gradients all-reduced at the boundary.
+//   stage 1   as 0, but master + optimizer state are this rank's partition only; updated
+//             partitions are all-gathered into the full params.
+//   stage 2   as 1, and gradients are reduce-scattered into the fp32 partition after each
+//             micro-batch's backward (the full gradient slots are zeroed after).
+//   offload_optimizer.device = cpu: master + moments + fp32 gradient partition in pinned CPU
+//             memory; the partition's gradients go D2H once per step, CPU Adam updates it, and the
+//             compute-dtype result goes H2D once.
+// Stage 3 (parameters partitioned, gathered by module hooks) and NVMe placement are issue #15's
+// and #14's next step; Initialize says so (Unimplemented) instead of running something else.
+//
+// The step (DeepSpeed's order): reduce; fp16 overflow check (the step is skipped and the loss
+// scale backs off); global L2 norm of the averaged, unscaled gradients; clip factor as
+// DeepSpeed's unscale_and_clip_grads; optimizer per sub-group with the LR of the schedule;
+// write back; zero gradients. Gradient accumulation: Backward scales d(loss) by
+// loss_scale / gradient_accumulation_steps, and Step only steps at the boundary.
+//
+// Thread safety: one thread drives an engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/comm/communicator.h"
+#include "engine/config/config.h"
+#include "engine/loss_scaler.h"
+#include "engine/lr_schedule.h"
+#include "engine/optimizer_state.h"
+#include "engine/partition.h"
+#include "nn/causal_lm.h"
+#include "offload/device/device.h"
+#include "offload/tier_budget.h"
+
+namespace strata {
+
+// Gives a parameter's initial values, all numel() of them, as fp32 (random init or a loaded
+// checkpoint). Called once per parameter at Initialize, on every rank, which must all produce the
+// same values (a seed, or the same file).
+using ParamInitFn = std::function<Status(const nn::Parameter& p, std::span<float> out)>;
+
+struct EngineInit {
+  ParamInitFn init_param;
+  // Accounting (and limits) for the CPU tier; null: the engine's own, unlimited.
+  TierBudget* budget = nullptr;
+};
+
+struct EngineStats {
+  int64_t micro_steps = 0;    // Backward calls
+  int64_t global_steps = 0;   // boundaries reached (applied + skipped)
+  int64_t skipped_steps = 0;  // fp16 overflow
+  double loss_scale = 1.0;
+  double last_grad_norm = 0.0;  // of the averaged, unscaled gradients, before clipping
+  double last_lr = 0.0;
+  // Bytes per tier this engine holds (device: params, grads, shards, buffers; cpu: optimizer
+  // state and staging).
+  uint64_t device_bytes = 0;
+  uint64_t cpu_bytes = 0;
+};
+
+class Engine {
+ public:
+  // Places the model's parameters, builds the optimizer state and initialises both. Errors:
+  // InvalidArgument for a config it cannot honour with this model (naming the key),
+  // Unimplemented for placements not built yet (stage 3, nvme), OutOfMemory naming the tier.
+  static Result<std::unique_ptr<Engine>> Initialize(nn::CausalLM& model, const Config& config,
+                                                    Communicator& comm, Device& device,
+                                                    const EngineInit& init);
+  ~Engine();
+
+  // One micro-batch forward (labels required for training).
+  Status Forward(const nn::TokenBatch& micro_batch);
+  // Backward of the last Forward; gradients accumulate until the boundary.
+  Status Backward();
+  // At the gradient-accumulation boundary: the optimizer step. Otherwise nothing.
+  Status Step();
+  bool IsGradientAccumulationBoundary() const;
+  // The last Forward's loss (synchronizes the compute stream).
+  Result<float> Loss();
+
+  const EngineStats& stats() const { return stats_; }
+  const PartitionLayout& layout() const { return layout_; }
+  int64_t applied_steps() const { return stats_.global_steps - stats_.skipped_steps; }
+  DType compute_dtype() const { return compute_dtype_; }
+
+  // The full fp32 master value of parameter `index` (gathered from every rank's partition when
+  // partitioned); all ranks must call it together. For tests and export.
+  Status GatherMasterParameter(size_t index, std::span<float> out);
+
+ private:
+  Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
+  Status Place(const EngineInit& init);
+  Status InitializeValues(const ParamInitFn& init);
+  Status ReduceMicroBatchGradients();  // stage 2
+  Status ReduceBoundaryGradients();    // stages 0-1
+  Status ApplyStep();
+  Status ZeroGradients();
+  Status WriteBackParameters();
+
+  struct Impl;
+  nn::CausalLM& model_;
+  const Config config_;
+  Communicator& comm_;
+  Device& device_;
+  std::vector<nn::Parameter*> params_;
+  PartitionLayout layout_;
+  DType compute_dtype_ = DType::kFloat32;
+  LossScaler scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<OptimizerState> opt_;
+  std::unique_ptr<Impl> impl_;
+  EngineStats stats_;
+};
+
+}  // namespace strata

@@ -1,0 +1,204 @@
+// The engine's gradient reduction and the optimizer step at the accumulation boundary.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+#include "offload/device/kernels.h"
+
+namespace strata {
+
+Status Engine::ReduceMicroBatchGradients() {
+  Impl& im = *impl_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ShardSlice& s = layout_.slices()[i];
+    float* full = static_cast<float*>(im.grads_flat) + im.full_offset[i];
+    float* slot = static_cast<float*>(im.grad_partition) + s.flat_offset;
+    STRATA_RETURN_IF_ERROR(
+        comm_.ReduceScatter(im.compute, full, im.reduce_tmp, s.numel, DType::kFloat32, {}, nullptr)
+            .WithContext("reduce-scatter of " + params_[i]->name()));
+    STRATA_RETURN_IF_ERROR(LaunchAdd(im.compute, slot, DType::kFloat32, slot, im.reduce_tmp,
+                                     DType::kFloat32, 1.0f, s.shard_numel));
+  }
+  return LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel);
+}
+
+Status Engine::ReduceBoundaryGradients() {
+  Impl& im = *impl_;
+  if (comm_.world_size() > 1) {
+    STRATA_RETURN_IF_ERROR(comm_
+                               .AllReduce(im.compute, im.grads_flat, im.grads_flat, im.full_numel,
+                                          DType::kFloat32, ReduceOp::kSum, nullptr)
+                               .WithContext("all-reduce of the gradients"));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ShardSlice& s = layout_.slices()[i];
+    if (s.valid_numel == 0) continue;
+    const float* src =
+        static_cast<const float*>(im.grads_flat) + im.full_offset[i] + s.param_offset;
+    float* dst = static_cast<float*>(im.grad_partition) + s.flat_offset;
+    STRATA_RETURN_IF_ERROR(
+        im.compute.CopyAsync(dst, src, s.valid_numel * sizeof(float), CopyKind::kDeviceToDevice));
+  }
+  return LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel);
+}
+
+Status Engine::Step() {
+  if (!IsGradientAccumulationBoundary()) return Status::Ok();
+  if (config_.zero.stage <= 1) STRATA_RETURN_IF_ERROR(ReduceBoundaryGradients());
+  return ApplyStep();
+}
+
+namespace {
+
+// One float summed (or maxed) over the ranks of `comm`, through device memory.
+Result<float> AllReduceScalar(Communicator& comm, Device& device, const Stream& stream,
+                              float* device_scalar, float value, ReduceOp op) {
+  STRATA_RETURN_IF_ERROR(
+      stream.CopyAsync(device_scalar, &value, sizeof(float), CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      comm.AllReduce(stream, device_scalar, device_scalar, 1, DType::kFloat32, op, nullptr));
+  float out = 0;
+  STRATA_RETURN_IF_ERROR(
+      stream.CopyAsync(&out, device_scalar, sizeof(float), CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(stream.Synchronize());
+  (void)device;
+  return out;
+}
+
+}  // namespace
+
+Status Engine::ApplyStep() {
+  Impl& im = *impl_;
+  const size_t n = layout_.partition_numel();
+  if (im.scalar == nullptr) {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
+  }
+  if (opt_->tier() == Tier::kCpu) {  // the gradient partition crosses the link once
+    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(opt_->grad(), im.grad_partition, n * sizeof(float),
+                                                CopyKind::kDeviceToHost));
+  }
+  STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  ++stats_.global_steps;
+
+  // fp16: any Inf/NaN on any rank skips the step for everyone.
+  if (config_.fp16.enabled || config_.bf16.check_grad_overflow) {
+    float bad = opt_->GradHasNonFinite(0, n) ? 1.0f : 0.0f;
+    if (im.part_world > 1) {
+      STRATA_ASSIGN_OR_RETURN(
+          bad, AllReduceScalar(comm_, device_, im.compute, static_cast<float*>(im.scalar), bad,
+                               ReduceOp::kMax));
+    }
+    if (bad != 0.0f) {
+      ++stats_.skipped_steps;
+      STRATA_RETURN_IF_ERROR(ZeroGradients());
+      Status s = scaler_.Update(true);
+      stats_.loss_scale = scaler_.scale();
+      return s;
+    }
+  }
+
+  // DeepSpeed's unscale_and_clip_grads on the averaged gradients: the norm of the averaged,
+  // still loss-scaled gradients; one combined divisor.
+  double sq = opt_->GradSquaredNorm(0, n);
+  if (im.part_world > 1) {
+    STRATA_ASSIGN_OR_RETURN(
+        float total, AllReduceScalar(comm_, device_, im.compute, static_cast<float*>(im.scalar),
+                                     static_cast<float>(sq), ReduceOp::kSum));
+    sq = total;
+  }
+  const double world = comm_.world_size();
+  const double loss_scale = scaler_.scale();
+  const double total_norm = std::sqrt(sq) / world;
+  double combined = loss_scale;
+  const double clip = config_.training.gradient_clipping;
+  if (clip > 0) {
+    const double c = (total_norm / loss_scale + 1e-6) / clip;
+    if (c > 1) combined = c * loss_scale;
+  }
+  stats_.last_grad_norm = total_norm / loss_scale;
+  const float grad_scale = static_cast<float>(1.0 / (world * combined));
+
+  Hyperparams hp = im.hyperparams;
+  // global_steps already counts this step, so applied_steps() is its 1-based number.
+  const int64_t step_number = applied_steps();
+  hp.lr = static_cast<float>(schedule_->LrForStep(step_number - 1));
+  hp.beta1 = static_cast<float>(schedule_->Beta1ForStep(step_number - 1));
+  stats_.last_lr = hp.lr;
+  for (const SubGroup& g : im.sub_groups) {
+    STRATA_RETURN_IF_ERROR(
+        opt_->StepSubGroup(g, step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+  }
+  STRATA_RETURN_IF_ERROR(WriteBackParameters());
+  STRATA_RETURN_IF_ERROR(ZeroGradients());
+  STRATA_RETURN_IF_ERROR(scaler_.Update(false));
+  stats_.loss_scale = scaler_.scale();
+  return Status::Ok();
+}
+
+Status Engine::ZeroGradients() {
+  Impl& im = *impl_;
+  if (opt_->tier() == Tier::kCpu) opt_->ZeroGrad();
+  STRATA_RETURN_IF_ERROR(
+      LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f, layout_.partition_numel()));
+  STRATA_RETURN_IF_ERROR(
+      LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
+  return im.compute.Synchronize();
+}
+
+Status Engine::WriteBackParameters() {
+  Impl& im = *impl_;
+  const size_t cbytes = DTypeBytes(compute_dtype_);
+  if (opt_->tier() == Tier::kCpu) {
+    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
+        im.shard_flat, im.param_copy, layout_.partition_numel() * cbytes, CopyKind::kHostToDevice));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ShardSlice& s = layout_.slices()[i];
+    const uint8_t* shard = static_cast<const uint8_t*>(im.shard_flat) + s.flat_offset * cbytes;
+    if (im.part_world == 1) {
+      STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(params_[i]->data(), shard, s.numel * cbytes,
+                                                  CopyKind::kDeviceToDevice));
+    } else {
+      STRATA_RETURN_IF_ERROR(
+          comm_.AllGather(im.compute, shard, params_[i]->data(), s.numel, compute_dtype_, nullptr)
+              .WithContext("all-gather of " + params_[i]->name()));
+    }
+  }
+  return im.compute.Synchronize();
+}
+
+Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
+  Impl& im = *impl_;
+  if (index >= params_.size())
+    return InvalidArgumentError("engine: no parameter " + std::to_string(index));
+  const ShardSlice& s = layout_.slices()[index];
+  if (out.size() != s.numel) {
+    return InvalidArgumentError("engine: " + params_[index]->name() + " has " +
+                                std::to_string(s.numel) + " elements, not " +
+                                std::to_string(out.size()));
+  }
+  const float* slot = opt_->master() + s.flat_offset;
+  if (im.part_world == 1) {
+    std::memcpy(out.data(), slot, s.numel * sizeof(float));
+    return Status::Ok();
+  }
+  void* shard = nullptr;
+  void* full = nullptr;
+  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, s.shard_numel * sizeof(float), "gather", &shard));
+  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, s.numel * sizeof(float), "gather", &full));
+  STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
+      shard, slot, s.shard_numel * sizeof(float),
+      opt_->tier() == Tier::kCpu ? CopyKind::kHostToDevice : CopyKind::kDeviceToDevice));
+  STRATA_RETURN_IF_ERROR(
+      comm_.AllGather(im.compute, shard, full, s.numel, DType::kFloat32, nullptr));
+  STRATA_RETURN_IF_ERROR(
+      im.compute.CopyAsync(out.data(), full, s.numel * sizeof(float), CopyKind::kDeviceToHost));
+  Status st = im.compute.Synchronize();
+  im.FreeDevice(device_, shard);
+  im.FreeDevice(device_, full);
+  return st;
+}
+
+}  // namespace strata
