@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
-#include <regex>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +17,23 @@
 
 namespace strata::nn {
 namespace {
+
+// model.safetensors, model.safetensors.index.json, model-NNNNN-of-NNNNN.safetensors: the files
+// a save writes. (Plain string checks: std::regex trips GCC 12's -Wmaybe-uninitialized at -O1.)
+bool IsCheckpointFileName(std::string_view name) {
+  constexpr std::string_view kSingle = "model.safetensors";
+  if (name == kSingle || name == "model.safetensors.index.json") return true;
+  // "model-" + 5 digits + "-of-" + 5 digits + ".safetensors"
+  constexpr std::string_view kSuffix = ".safetensors";
+  if (name.size() != 6 + 5 + 4 + 5 + kSuffix.size()) return false;
+  if (!name.starts_with("model-") || name.substr(11, 4) != "-of-" || !name.ends_with(kSuffix)) {
+    return false;
+  }
+  for (size_t k : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19}) {
+    if (name[k] < '0' || name[k] > '9') return false;
+  }
+  return true;
+}
 
 Status WriteAll(int fd, const void* p, size_t n, const std::string& path) {
   const auto* c = static_cast<const char*>(p);
@@ -198,10 +215,9 @@ Status WriteSafetensorsCheckpoint(const std::string& dir,
     written.insert(index_file);
   }
   // Remove what an earlier save of another layout left, so the directory is unambiguous.
-  static const std::regex kOurs(R"(model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?)");
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (std::regex_match(name, kOurs) && !written.count(name)) fs::remove(e.path(), ec);
+    if (IsCheckpointFileName(name) && !written.count(name)) fs::remove(e.path(), ec);
   }
   return Status::Ok();
 }
