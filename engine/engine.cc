@@ -48,7 +48,9 @@ Engine::Engine(nn::CausalLM& model, const Config& config, Communicator& comm, De
       impl_(std::make_unique<Impl>()) {}
 
 Engine::~Engine() {
-  if (impl_ != nullptr) impl_->Release(device_);
+  if (impl_ != nullptr) impl_->Release(device_);  // streams drained, device buffers freed
+  opt_.reset();   // its pinned slab is charged to the budget impl_ may own
+  impl_.reset();
 }
 
 Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Config& config,

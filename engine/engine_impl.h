@@ -12,6 +12,8 @@
 namespace strata {
 
 struct Engine::Impl {
+  // First, so it outlives every pool charged to it (members are destroyed in reverse order).
+  TierBudget own_budget;
   Stream compute;  // the model's forward/backward and the engine's copies
   Stream comm;     // collectives (ordered after compute with events)
   int part_world = 1;
@@ -37,7 +39,6 @@ struct Engine::Impl {
 
   Hyperparams hyperparams;
   std::vector<SubGroup> sub_groups;
-  TierBudget own_budget;
   TierBudget* budget = nullptr;
   std::vector<void*> owned;
 

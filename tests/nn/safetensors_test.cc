@@ -74,7 +74,9 @@ TEST(SafetensorsTest, RoundTripsEveryDTypeShapeAndMetadata) {
     EXPECT_EQ(t->dtype, e.dtype) << e.name;
     EXPECT_EQ(t->shape, e.shape) << e.name;
     ASSERT_EQ(t->data.size(), e.data.size()) << e.name;
-    EXPECT_EQ(std::memcmp(t->data.data(), e.data.data(), e.data.size()), 0) << e.name;
+    if (!e.data.empty()) {  // memcmp of empty spans may see null pointers
+      EXPECT_EQ(std::memcmp(t->data.data(), e.data.data(), e.data.size()), 0) << e.name;
+    }
     // Widest dtype first: every tensor is aligned to its element size in the file.
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data.data()) % DTypeBytes(e.dtype), 0u) << e.name;
   }
@@ -326,7 +328,9 @@ void ExpectHolds(const SafetensorsCheckpoint& c, const Model& m) {
     auto t = c.Tensor(e.name);
     ASSERT_THAT(t, IsOk());
     ASSERT_EQ(t->data.size(), e.data.size());
-    EXPECT_EQ(std::memcmp(t->data.data(), e.data.data(), e.data.size()), 0) << e.name;
+    if (!e.data.empty()) {  // memcmp of empty spans may see null pointers
+      EXPECT_EQ(std::memcmp(t->data.data(), e.data.data(), e.data.size()), 0) << e.name;
+    }
   }
 }
 

@@ -151,6 +151,9 @@ def main():
         reason = SKIPPED.get(command)
         if reason is None and not bench_built and re.match(r"^build/bench/", command):
             reason = "this build tree has no benchmarks (STRATA_BUILD_BENCH=OFF)"
+        if (reason is None and "build/python" in command
+                and not os.path.isdir(os.path.join(build, "python", "strata"))):
+            reason = "this build tree has no Python package (off in sanitizer trees)"
         if reason is not None:
             print("SKIP %s: %s\n     because: %s" % (where, command, reason), flush=True)
             skipped += 1
