@@ -45,4 +45,37 @@ size_t RecvBytes(const CollectiveDesc& d, int world);
 Status ValidateCollective(const char* backend, const CollectiveDesc& d, const CollectiveBuffers& b,
                           int rank, int world, const Stream& stream, const Event* done);
 
+// A Communicator whose five collectives are one described request each: backends implement
+// Submit (validate, enqueue on the stream, record `done`) and inherit the rest.
+class DescribedCommunicator : public Communicator {
+ public:
+  Status AllGather(const Stream& stream, const void* send_shard, void* recv, size_t numel,
+                   DType dtype, Event* done) override {
+    return Submit({CollectiveKind::kAllGather, 0, dtype, numel}, send_shard, recv, stream, done);
+  }
+  Status ReduceScatter(const Stream& stream, const void* send, void* recv_shard, size_t numel,
+                       DType dtype, const ReduceScatterOptions& options, Event* done) override {
+    CollectiveDesc d{CollectiveKind::kReduceScatter, 0, dtype, numel};
+    d.predivide_factor = options.predivide_factor;
+    return Submit(d, send, recv_shard, stream, done);
+  }
+  Status AllReduce(const Stream& stream, const void* send, void* recv, size_t numel, DType dtype,
+                   ReduceOp op, Event* done) override {
+    return Submit({CollectiveKind::kAllReduce, 0, dtype, numel, op}, send, recv, stream, done);
+  }
+  Status Broadcast(const Stream& stream, void* buffer, size_t numel, DType dtype, int root,
+                   Event* done) override {
+    CollectiveDesc d{CollectiveKind::kBroadcast, 0, dtype, numel};
+    d.root = root;
+    return Submit(d, buffer, buffer, stream, done);
+  }
+  Status Barrier(const Stream& stream, Event* done) override {
+    return Submit({CollectiveKind::kBarrier}, nullptr, nullptr, stream, done);
+  }
+
+ protected:
+  virtual Status Submit(const CollectiveDesc& d, const void* send, void* recv, const Stream& stream,
+                        Event* done) = 0;
+};
+
 }  // namespace strata::internal

@@ -130,7 +130,7 @@ struct Topology {
   int local_rank = 0, local_world = 1;
 };
 
-class MpiCommunicator final : public Communicator, public QueueHooks {
+class MpiCommunicator final : public DescribedCommunicator, public QueueHooks {
  public:
   // Takes ownership of `comm` (already duplicated for this communicator).
   static Result<std::unique_ptr<MpiCommunicator>> Create(MPI_Comm comm, Topology topo,
@@ -163,29 +163,6 @@ class MpiCommunicator final : public Communicator, public QueueHooks {
   int local_world_size() const override { return topo_.local_world; }
   std::string_view backend_name() const override { return "mpi"; }
 
-  Status AllGather(const Stream& stream, const void* send_shard, void* recv, size_t numel,
-                   DType dtype, Event* done) override {
-    return Submit({CollectiveKind::kAllGather, 0, dtype, numel}, send_shard, recv, stream, done);
-  }
-  Status ReduceScatter(const Stream& stream, const void* send, void* recv_shard, size_t numel,
-                       DType dtype, const ReduceScatterOptions& options, Event* done) override {
-    CollectiveDesc d{CollectiveKind::kReduceScatter, 0, dtype, numel};
-    d.predivide_factor = options.predivide_factor;
-    return Submit(d, send, recv_shard, stream, done);
-  }
-  Status AllReduce(const Stream& stream, const void* send, void* recv, size_t numel, DType dtype,
-                   ReduceOp op, Event* done) override {
-    return Submit({CollectiveKind::kAllReduce, 0, dtype, numel, op}, send, recv, stream, done);
-  }
-  Status Broadcast(const Stream& stream, void* buffer, size_t numel, DType dtype, int root,
-                   Event* done) override {
-    CollectiveDesc d{CollectiveKind::kBroadcast, 0, dtype, numel};
-    d.root = root;
-    return Submit(d, buffer, buffer, stream, done);
-  }
-  Status Barrier(const Stream& stream, Event* done) override {
-    return Submit({CollectiveKind::kBarrier}, nullptr, nullptr, stream, done);
-  }
   Result<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  private:
@@ -193,7 +170,7 @@ class MpiCommunicator final : public Communicator, public QueueHooks {
       : comm_(comm), topo_(topo), options_(options) {}
 
   Status Submit(const CollectiveDesc& d, const void* send, void* recv, const Stream& stream,
-                Event* done);
+                Event* done) override;
 
   // QueueHooks (progress thread).
   void Service() override { probe_->Service(); }

@@ -201,7 +201,7 @@ class NcclOp final : public QueuedOp {
   bool recorded_ = false;
 };
 
-class NcclCommunicator final : public Communicator, public QueueHooks {
+class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
  public:
   static Result<std::unique_ptr<Communicator>> Create(const CommOptions& options,
                                                       const LaunchEnv& env) {
@@ -228,29 +228,6 @@ class NcclCommunicator final : public Communicator, public QueueHooks {
   int local_world_size() const override { return env_.local_world_size; }
   std::string_view backend_name() const override { return "nccl"; }
 
-  Status AllGather(const Stream& stream, const void* send_shard, void* recv, size_t numel,
-                   DType dtype, Event* done) override {
-    return Submit({CollectiveKind::kAllGather, 0, dtype, numel}, send_shard, recv, stream, done);
-  }
-  Status ReduceScatter(const Stream& stream, const void* send, void* recv_shard, size_t numel,
-                       DType dtype, const ReduceScatterOptions& options, Event* done) override {
-    CollectiveDesc d{CollectiveKind::kReduceScatter, 0, dtype, numel};
-    d.predivide_factor = options.predivide_factor;
-    return Submit(d, send, recv_shard, stream, done);
-  }
-  Status AllReduce(const Stream& stream, const void* send, void* recv, size_t numel, DType dtype,
-                   ReduceOp op, Event* done) override {
-    return Submit({CollectiveKind::kAllReduce, 0, dtype, numel, op}, send, recv, stream, done);
-  }
-  Status Broadcast(const Stream& stream, void* buffer, size_t numel, DType dtype, int root,
-                   Event* done) override {
-    CollectiveDesc d{CollectiveKind::kBroadcast, 0, dtype, numel};
-    d.root = root;
-    return Submit(d, buffer, buffer, stream, done);
-  }
-  Status Barrier(const Stream& stream, Event* done) override {
-    return Submit({CollectiveKind::kBarrier}, nullptr, nullptr, stream, done);
-  }
   Result<std::unique_ptr<Communicator>> Split(int /*color*/, int /*key*/) override {
     return UnimplementedError(
         "comm nccl: Split is not implemented yet (ncclCommSplit needs a GPU to test); use the "
@@ -295,7 +272,7 @@ class NcclCommunicator final : public Communicator, public QueueHooks {
   }
 
   Status Submit(const CollectiveDesc& d, const void* send, void* recv, const Stream& stream,
-                Event* done) {
+                Event* done) override {
     STRATA_RETURN_IF_ERROR(
         ValidateCollective("nccl", d, {send, recv}, rank_, world_, stream, done));
     auto op = std::make_shared<NcclOp>(d, &s_, rank_, world_, options_.check_sizes);
