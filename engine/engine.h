@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -104,6 +105,22 @@ class Engine {
   // The full fp32 master value of parameter `index` (gathered from every rank's partition when
   // partitioned); all ranks must call it together. For tests and export.
   Status GatherMasterParameter(size_t index, std::span<float> out);
+
+  // Checkpoints (engine/checkpoint.h has the on-disk format). All ranks call together.
+  // SaveCheckpoint writes this rank's shard (master params, optimizer moments, loss scaler,
+  // step counters) and, on rank 0, the manifest and `client_state` (a JSON object the caller
+  // owns: data position, RNG); each file goes to a temporary name, is fsynced and renamed, and
+  // `latest` is replaced last, so a crash at any point leaves the previous checkpoint loadable.
+  // An empty tag means "global_step<N>" as DeepSpeed names it.
+  Status SaveCheckpoint(const std::string& dir, const std::string& tag = "",
+                        const std::string& client_state_json = "{}");
+  // Loads `tag` (empty: the one `latest` names) into this engine, re-partitioning when the
+  // checkpoint was written by a different world size; returns the client state JSON.
+  Result<std::string> LoadCheckpoint(const std::string& dir, const std::string& tag = "");
+
+  // Rewrites every compute-dtype parameter copy from the fp32 master (after a load), rounded
+  // as the optimizer's write-back rounds. All ranks call together.
+  Status SyncParametersFromMaster();
 
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);

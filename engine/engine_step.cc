@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
@@ -199,6 +200,18 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
   im.FreeDevice(device_, shard);
   im.FreeDevice(device_, full);
   return st;
+}
+
+Status Engine::SyncParametersFromMaster() {
+  std::vector<float> full;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const nn::Parameter& p = *params_[i];
+    full.assign(static_cast<size_t>(p.numel()), 0.0f);
+    STRATA_RETURN_IF_ERROR(GatherMasterParameter(i, full));
+    STRATA_RETURN_IF_ERROR(
+        nn::UploadParameter(impl_->compute, p, full.data(), DType::kFloat32, full.size()));
+  }
+  return impl_->compute.Synchronize();
 }
 
 }  // namespace strata
