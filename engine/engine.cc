@@ -8,6 +8,7 @@
 
 #include "core/units.h"
 #include "engine/engine_impl.h"
+#include "engine/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -48,8 +49,9 @@ Engine::Engine(nn::CausalLM& model, const Config& config, Communicator& comm, De
       impl_(std::make_unique<Impl>()) {}
 
 Engine::~Engine() {
+  if (impl_ != nullptr && impl_->hooks != nullptr) model_.RemoveHooksRecursive(impl_->hooks.get());
   if (impl_ != nullptr) impl_->Release(device_);  // streams drained, device buffers freed
-  opt_.reset();   // its pinned slab is charged to the budget impl_ may own
+  opt_.reset();  // its pinned slab is charged to the budget impl_ may own
   impl_.reset();
 }
 
@@ -57,23 +59,20 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
                                                    Communicator& comm, Device& device,
                                                    const EngineInit& init) {
   const ZeroConfig& z = config.zero;
-  if (z.stage == 3) {
+  if (z.offload_optimizer.device == OffloadDevice::kNvme) {
     return UnimplementedError(
-        "zero_optimization.stage = 3: parameter partitioning is not built yet (stages 0-2 are)");
+        "zero_optimization.offload_optimizer.device = nvme: not built yet (issue #15; none and "
+        "cpu are)");
   }
-  if (z.offload_optimizer.device == OffloadDevice::kNvme ||
-      z.offload_param.device != OffloadDevice::kNone) {
+  if (z.offload_param.device == OffloadDevice::kNvme) {
     return UnimplementedError(
-        "zero_optimization.offload_" +
-        std::string(z.offload_optimizer.device == OffloadDevice::kNvme ? "optimizer" : "param") +
-        ".device = " +
-        std::string(OffloadDeviceName(z.offload_optimizer.device == OffloadDevice::kNvme
-                                          ? z.offload_optimizer.device
-                                          : z.offload_param.device)) +
-        ": not built yet (offload_optimizer none/cpu are)");
+        "zero_optimization.offload_param.device = nvme: not built yet (issue #15; none and cpu "
+        "are)");
   }
   if (z.offload_optimizer.ratio != 1.0) {
-    return UnimplementedError("zero_optimization.offload_optimizer.ratio < 1: not built yet");
+    return UnimplementedError(
+        "zero_optimization.offload_optimizer.ratio < 1 (partial offload): not built yet (the "
+        "optimizer state is one array per tier; use ratio 1)");
   }
   if (!init.init_param) return InvalidArgumentError("engine: EngineInit::init_param is required");
   std::unique_ptr<Engine> e(new Engine(model, config, comm, device));
@@ -110,7 +109,9 @@ Status Engine::Place(const EngineInit& init) {
   STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream());
   im.budget = init.budget != nullptr ? init.budget : &im.own_budget;
 
-  // Full parameters and fp32 gradient slots, one flat device buffer each.
+  // Full parameters and fp32 gradient slots, one flat device buffer each (stages 0-2; stage 3
+  // gathers parameters and makes gradient slots per module, engine/zero3_hooks.h).
+  const bool stage3 = z.stage == 3;
   size_t total = 0;
   for (size_t n : numels) {
     im.full_offset.push_back(total);
@@ -118,17 +119,40 @@ Status Engine::Place(const EngineInit& init) {
   }
   im.full_numel = total;
   const size_t cbytes = DTypeBytes(compute_dtype_);
-  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, total * cbytes, "parameters", &im.params_flat));
-  STRATA_RETURN_IF_ERROR(
-      im.AllocDevice(device_, total * sizeof(float), "gradients (fp32)", &im.grads_flat));
-  STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * cbytes,
-                                        "updated parameter shards", &im.shard_flat));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->set_data(static_cast<uint8_t*>(im.params_flat) + im.full_offset[i] * cbytes);
-    params_[i]->set_grad(static_cast<float*>(im.grads_flat) + im.full_offset[i], DType::kFloat32);
+  const size_t part_bytes = layout_.partition_numel() * cbytes;
+  if (!stage3) {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, total * cbytes, "parameters", &im.params_flat));
+    STRATA_RETURN_IF_ERROR(
+        im.AllocDevice(device_, total * sizeof(float), "gradients (fp32)", &im.grads_flat));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i]->set_data(static_cast<uint8_t*>(im.params_flat) + im.full_offset[i] * cbytes);
+      params_[i]->set_grad(static_cast<float*>(im.grads_flat) + im.full_offset[i], DType::kFloat32);
+    }
+    STRATA_RETURN_IF_ERROR(
+        LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
   }
-  STRATA_RETURN_IF_ERROR(
-      LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
+  if (stage3 && z.offload_param.device == OffloadDevice::kCpu) {
+    PinnedPoolOptions po;
+    po.buffer_bytes = std::max<size_t>(part_bytes, 64);
+    po.buffer_count = 1;
+    po.lock = z.offload_param.pin_memory;
+    po.device = &device_;
+    po.budget = im.budget;
+    po.name = "parameter shards (offload_param cpu)";
+    STRATA_ASSIGN_OR_RETURN(im.param_pool, PinnedPool::Create(po));
+    im.param_shards = im.param_pool->Acquire();
+    std::memset(im.param_shards.data(), 0, part_bytes);
+    im.shards = im.param_shards.data();
+    im.shards_on_host = true;
+    im.cpu_bytes += im.param_pool->buffer_bytes();
+  } else {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, part_bytes,
+                                          stage3 ? "parameter shards" : "updated parameter shards",
+                                          &im.shard_flat));
+    STRATA_RETURN_IF_ERROR(
+        LaunchFill(im.compute, im.shard_flat, compute_dtype_, 0.0f, layout_.partition_numel()));
+    if (stage3) im.shards = im.shard_flat;
+  }
 
   // Optimizer state and the fp32 gradient partition it steps on.
   OptimizerStateOptions oo;
@@ -137,31 +161,36 @@ Status Engine::Place(const EngineInit& init) {
   oo.pin_memory = z.offload_optimizer.pin_memory;
   im.hyperparams = oo.hyperparams;
   STRATA_ASSIGN_OR_RETURN(opt_, OptimizerState::Create(layout_, oo, &device_, im.budget));
+  if (oo.tier == Tier::kCpu) im.cpu_bytes += opt_->size_bytes();
+  // With the shards in pinned CPU memory the optimizer writes them in place.
   if (oo.tier == Tier::kDevice) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
-    im.param_copy = im.shard_flat;
+    im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;
   } else {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
                                           "gradient partition (fp32)", &im.grad_partition_dev));
     im.grad_partition = im.grad_partition_dev;
     STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
                                       layout_.partition_numel()));
-    PinnedPoolOptions po;
-    po.buffer_bytes = std::max<size_t>(layout_.partition_numel() * cbytes, 64);
-    po.buffer_count = 1;
-    po.lock = z.offload_optimizer.pin_memory;
-    po.device = &device_;
-    po.budget = im.budget;
-    po.name = "updated parameter staging";
-    STRATA_ASSIGN_OR_RETURN(im.staging_pool, PinnedPool::Create(po));
-    im.staging = im.staging_pool->Acquire();
-    im.param_copy = im.staging.data();
+    if (im.shards_on_host) {
+      im.param_copy = im.shards;
+    } else {
+      PinnedPoolOptions po;
+      po.buffer_bytes = std::max<size_t>(part_bytes, 64);
+      po.buffer_count = 1;
+      po.lock = z.offload_optimizer.pin_memory;
+      po.device = &device_;
+      po.budget = im.budget;
+      po.name = "updated parameter staging";
+      STRATA_ASSIGN_OR_RETURN(im.staging_pool, PinnedPool::Create(po));
+      im.staging = im.staging_pool->Acquire();
+      im.param_copy = im.staging.data();
+      im.cpu_bytes += im.staging_pool->buffer_bytes();
+    }
   }
-  if (z.stage == 2) {
-    size_t max_shard = 0;
-    for (const ShardSlice& s : layout_.slices()) max_shard = std::max(max_shard, s.shard_numel);
-    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, std::max<size_t>(max_shard, 1) * sizeof(float),
-                                          "reduce-scatter buffer", &im.reduce_tmp));
+  if (z.stage >= 2) {
+    STRATA_RETURN_IF_ERROR(
+        im.PlaceHooks(model_, z, comm_, device_, params_, layout_, compute_dtype_));
   }
   im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
 
@@ -196,15 +225,27 @@ Status Engine::InitializeValues(const ParamInitFn& init) {
     std::memcpy(opt_->master() + s.flat_offset, values.data() + s.param_offset,
                 s.valid_numel * sizeof(float));
     // The compute copy starts as the master rounded once, as every later write-back is.
-    STRATA_RETURN_IF_ERROR(
-        nn::UploadParameter(impl_->compute, p, values.data(), DType::kFloat32, values.size()));
+    if (impl_->shards == nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          nn::UploadParameter(impl_->compute, p, values.data(), DType::kFloat32, values.size()));
+    }
   }
+  if (impl_->shards != nullptr) {  // stage 3: the shards, then the persistent parameters
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(opt_->master(), layout_.partition_numel(),
+                                                 compute_dtype_, impl_->shards,
+                                                 impl_->shards_on_host, impl_->compute));
+    STRATA_RETURN_IF_ERROR(impl_->hooks->RegatherPersistent());
+    STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
+  }
+  impl_->FillMemoryStats(*opt_, &stats_);
   return Status::Ok();
 }
 
 Status Engine::Forward(const nn::TokenBatch& micro_batch) {
   nn::RunContext ctx{&device_, impl_->compute, true};
-  return model_.Forward(ctx, micro_batch);
+  STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
+  impl_->FillMemoryStats(*opt_, &stats_);
+  return Status::Ok();
 }
 
 Status Engine::Backward() {
@@ -213,7 +254,8 @@ Status Engine::Backward() {
       static_cast<double>(std::max<int64_t>(1, config_.batch.gradient_accumulation_steps));
   STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
   ++stats_.micro_steps;
-  if (config_.zero.stage == 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
+  if (config_.zero.stage >= 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
+  impl_->FillMemoryStats(*opt_, &stats_);
   return Status::Ok();
 }
 

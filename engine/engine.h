@@ -21,8 +21,14 @@
 //   offload_optimizer.device = cpu: master + moments + fp32 gradient partition in pinned CPU
 //             memory; the partition's gradients go D2H once per step, CPU Adam updates it, and the
 //             compute-dtype result goes H2D once.
-// Stage 3 (parameters partitioned, gathered by module hooks) and NVMe placement are issue #15's
-// and #14's next step; Initialize says so (Unimplemented) instead of running something else.
+//   stage 3   as 2, but between uses only this rank's compute-dtype shard of each parameter
+//             lives (device, or pinned CPU with offload_param.device = cpu); module hooks
+//             (engine/zero3_hooks.h) gather a module's parameters around its forward/backward
+//             and release them after, and its gradient slots exist only until reduced.
+//   overlap_comm (stages 2-3): reduce-scatters run on a comm stream, bucketed by
+//             reduce_bucket_size (engine/grad_reducer.h); bitwise the same results.
+// NVMe placement is issue #15's; Initialize says so (Unimplemented) instead of running
+// something else.
 //
 // The step (DeepSpeed's order): reduce; fp16 overflow check (the step is skipped and the loss
 // scale backs off); global L2 norm of the averaged, unscaled gradients; clip factor as
@@ -71,17 +77,22 @@ struct EngineStats {
   double loss_scale = 1.0;
   double last_grad_norm = 0.0;  // of the averaged, unscaled gradients, before clipping
   double last_lr = 0.0;
-  // Bytes per tier this engine holds (device: params, grads, shards, buffers; cpu: optimizer
-  // state and staging).
+  // Bytes per tier this engine holds now (device: params, grads, shards, buffers, the optimizer
+  // state on the device tier, and at stage 3 the parameters gathered and the gradient slots live
+  // at the moment; cpu: optimizer state, staging, offloaded parameter shards). Updated after
+  // Initialize, Forward, Backward and Step. device_peak_bytes: the most the engine held at once
+  // (stage 3's gathered parameters and slots at their peak; activations are the model's).
   uint64_t device_bytes = 0;
   uint64_t cpu_bytes = 0;
+  uint64_t device_peak_bytes = 0;
 };
 
 class Engine {
  public:
   // Places the model's parameters, builds the optimizer state and initialises both. Errors:
   // InvalidArgument for a config it cannot honour with this model (naming the key),
-  // Unimplemented for placements not built yet (stage 3, nvme), OutOfMemory naming the tier.
+  // Unimplemented for placements not built yet (nvme, offload_optimizer.ratio < 1), OutOfMemory
+  // naming the tier.
   static Result<std::unique_ptr<Engine>> Initialize(nn::CausalLM& model, const Config& config,
                                                     Communicator& comm, Device& device,
                                                     const EngineInit& init);

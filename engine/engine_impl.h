@@ -7,6 +7,8 @@
 
 #include "core/units.h"
 #include "engine/engine.h"
+#include "engine/grad_reducer.h"
+#include "engine/zero3_hooks.h"
 #include "offload/pinned_pool.h"
 
 namespace strata {
@@ -21,9 +23,8 @@ struct Engine::Impl {
   // Device buffers (owned; freed by Release).
   void* params_flat = nullptr;         // full compute params, full_offset[i] elements apart
   void* grads_flat = nullptr;          // fp32 gradient slots, same offsets
-  void* shard_flat = nullptr;          // this rank's updated compute-dtype partition
+  void* shard_flat = nullptr;          // this rank's compute-dtype partition (device)
   void* grad_partition_dev = nullptr;  // fp32 partition of gradients (cpu tier only)
-  void* reduce_tmp = nullptr;          // stage 2: one parameter's reduce-scattered shard
   void* scalar = nullptr;              // one float for the overflow flag and the norm
   std::vector<size_t> full_offset;
   size_t full_numel = 0;
@@ -37,10 +38,28 @@ struct Engine::Impl {
   std::unique_ptr<PinnedPool> staging_pool;
   PinnedBuffer staging;
 
+  // Stage 3: where this rank's compute-dtype shards live between uses (shard_flat, or a pinned
+  // CPU buffer with offload_param.device = cpu).
+  void* shards = nullptr;
+  bool shards_on_host = false;
+  std::unique_ptr<PinnedPool> param_pool;
+  PinnedBuffer param_shards;
+  // Stages 2-3: gradient reduction and the module hooks (stage 3: gather/release).
+  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<ZeroHooks> hooks;
+  uint64_t cpu_bytes = 0;
+
   Hyperparams hyperparams;
   std::vector<SubGroup> sub_groups;
   TierBudget* budget = nullptr;
-  std::vector<void*> owned;
+  std::vector<std::pair<void*, size_t>> owned;
+
+  // Stages 2-3 (zero3_engine.cc): the GradReducer and the ZeroHooks, added to `model`'s tree.
+  Status PlaceHooks(nn::Module& model, const ZeroConfig& z, Communicator& comm, Device& device,
+                    const std::vector<nn::Parameter*>& params, const PartitionLayout& layout,
+                    DType dtype);
+  // EngineStats' per-tier bytes: what the engine holds now, and the device peak.
+  void FillMemoryStats(const OptimizerState& opt, EngineStats* stats) const;
 
   Status AllocDevice(Device& device, size_t bytes, const char* what, void** out) {
     Result<void*> r = device.Allocate(std::max<size_t>(bytes, 256));
@@ -49,21 +68,29 @@ struct Engine::Impl {
                                     ")");
     }
     *out = *r;
-    owned.push_back(*r);
+    owned.emplace_back(*r, bytes);
     device_bytes += bytes;
     return Status::Ok();
   }
 
   void FreeDevice(Device& device, void* p) {
-    std::erase(owned, p);
+    for (size_t i = 0; i < owned.size(); ++i) {
+      if (owned[i].first != p) continue;
+      device_bytes -= owned[i].second;
+      owned.erase(owned.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
     device.Free(p).IgnoreError();
   }
 
   void Release(Device& device) {
     if (compute.valid()) compute.Synchronize().IgnoreError();
     if (comm.valid()) comm.Synchronize().IgnoreError();
+    hooks.reset();  // frees gathered parameters and slots (the model's hooks are removed)
+    reducer.reset();
     staging.Release();
-    for (void* p : owned) device.Free(p).IgnoreError();
+    param_shards.Release();
+    for (auto& [p, bytes] : owned) device.Free(p).IgnoreError();
     owned.clear();
     if (compute.valid()) device.DestroyStream(compute).IgnoreError();
     if (comm.valid()) device.DestroyStream(comm).IgnoreError();

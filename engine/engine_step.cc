@@ -6,24 +6,13 @@
 
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
+#include "engine/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
 
-Status Engine::ReduceMicroBatchGradients() {
-  Impl& im = *impl_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ShardSlice& s = layout_.slices()[i];
-    float* full = static_cast<float*>(im.grads_flat) + im.full_offset[i];
-    float* slot = static_cast<float*>(im.grad_partition) + s.flat_offset;
-    STRATA_RETURN_IF_ERROR(
-        comm_.ReduceScatter(im.compute, full, im.reduce_tmp, s.numel, DType::kFloat32, {}, nullptr)
-            .WithContext("reduce-scatter of " + params_[i]->name()));
-    STRATA_RETURN_IF_ERROR(LaunchAdd(im.compute, slot, DType::kFloat32, slot, im.reduce_tmp,
-                                     DType::kFloat32, 1.0f, s.shard_numel));
-  }
-  return LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel);
-}
+// Stages 2-3: what the module hooks did not hand to the reducer yet, then the flush.
+Status Engine::ReduceMicroBatchGradients() { return impl_->hooks->FinishBackward(); }
 
 Status Engine::ReduceBoundaryGradients() {
   Impl& im = *impl_;
@@ -48,7 +37,9 @@ Status Engine::ReduceBoundaryGradients() {
 Status Engine::Step() {
   if (!IsGradientAccumulationBoundary()) return Status::Ok();
   if (config_.zero.stage <= 1) STRATA_RETURN_IF_ERROR(ReduceBoundaryGradients());
-  return ApplyStep();
+  Status s = ApplyStep();
+  impl_->FillMemoryStats(*opt_, &stats_);
+  return s;
 }
 
 namespace {
@@ -143,17 +134,23 @@ Status Engine::ZeroGradients() {
   if (opt_->tier() == Tier::kCpu) opt_->ZeroGrad();
   STRATA_RETURN_IF_ERROR(
       LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f, layout_.partition_numel()));
-  STRATA_RETURN_IF_ERROR(
-      LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
+  if (im.grads_flat != nullptr) {  // stage 3 has no full slots between backward passes
+    STRATA_RETURN_IF_ERROR(
+        LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
+  }
   return im.compute.Synchronize();
 }
 
 Status Engine::WriteBackParameters() {
   Impl& im = *impl_;
   const size_t cbytes = DTypeBytes(compute_dtype_);
-  if (opt_->tier() == Tier::kCpu) {
+  if (opt_->tier() == Tier::kCpu && !im.shards_on_host) {
     STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
         im.shard_flat, im.param_copy, layout_.partition_numel() * cbytes, CopyKind::kHostToDevice));
+  }
+  if (im.shards != nullptr) {  // stage 3: the shards are the parameters; the next use gathers
+    STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
+    return im.compute.Synchronize();
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     const ShardSlice& s = layout_.slices()[i];
@@ -203,6 +200,15 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
 }
 
 Status Engine::SyncParametersFromMaster() {
+  Impl& im = *impl_;
+  if (im.shards != nullptr) {  // stage 3: rewrite this rank's shards; no gather needed
+    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(opt_->master(), layout_.partition_numel(),
+                                                 compute_dtype_, im.shards, im.shards_on_host,
+                                                 im.compute));
+    STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
+    return im.compute.Synchronize();
+  }
   std::vector<float> full;
   for (size_t i = 0; i < params_.size(); ++i) {
     const nn::Parameter& p = *params_[i];

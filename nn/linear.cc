@@ -10,7 +10,9 @@ Linear::Linear(std::string local_name, int64_t in_features, int64_t out_features
 }
 
 Linear::Linear(std::string local_name, Parameter* shared)
-    : UnaryModule(std::move(local_name)), own_(Shape{}, shared->dtype()), w_(shared) {}
+    : UnaryModule(std::move(local_name)), own_(Shape{}, shared->dtype()), w_(shared) {
+  UseExternalParameter(shared);
+}
 
 Status Linear::DoForward(const RunContext& ctx, const Tensor& x, const Tensor& y) {
   STRATA_RETURN_IF_ERROR(w_->CheckPlaced(name().c_str()));

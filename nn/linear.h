@@ -13,7 +13,8 @@ namespace strata::nn {
 class Linear final : public UnaryModule {
  public:
   Linear(std::string local_name, int64_t in_features, int64_t out_features, DType dtype);
-  // A head sharing another module's weight (tied embeddings): `shared` is not registered here.
+  // A head sharing another module's weight (tied embeddings): `shared` is not registered here
+  // (NamedParameters lists it once, under its owner) but declared as an external parameter.
   Linear(std::string local_name, Parameter* shared);
 
   const char* type_name() const override { return "Linear"; }

@@ -65,6 +65,10 @@ class Module {
   const std::vector<Module*>& children() const { return children_; }
   // Parameters registered directly on this module, in registration order.
   const std::vector<Parameter*>& own_parameters() const { return params_; }
+  // Parameters this module reads but another module owns (a tied LM head uses the embedding's
+  // weight). Not part of NamedParameters(); hooks that gather a module's parameters (ZeRO-3)
+  // gather these too.
+  const std::vector<Parameter*>& external_parameters() const { return external_; }
 
   // This module's and all descendants' parameters: own first, then each child's in registration
   // order (depth first) — the order of the module's definition, as in PyTorch's
@@ -92,6 +96,8 @@ class Module {
   // `child` is owned by the caller (usually a member of the derived class) and must outlive this.
   void RegisterModule(Module* child);
   void RegisterParameter(Parameter* p, std::string local_name);
+  // Declares that this module uses `p`, owned (registered) by another module of the tree.
+  void UseExternalParameter(Parameter* p) { external_.push_back(p); }
 
  private:
   std::string local_name_;
@@ -99,6 +105,7 @@ class Module {
   Module* parent_ = nullptr;
   std::vector<Module*> children_;
   std::vector<Parameter*> params_;
+  std::vector<Parameter*> external_;
   std::vector<ModuleHooks*> hooks_;
 };
 

@@ -38,13 +38,15 @@ TokenData RandomTokens(uint64_t seed, size_t batches, int64_t batch, int64_t seq
 }
 
 Config MakeConfig(int64_t micro_batch, int64_t gas, const std::string& zero,
-                  const std::string& extra, int world_size, double clip) {
-  const std::string text =
-      "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro_batch) +
-      ", \"gradient_accumulation_steps\": " + std::to_string(gas) + ", " + extra +
-      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}},"
-      " \"gradient_clipping\": " +
-      std::to_string(clip) + ", \"zero_optimization\": {" + zero + "}}";
+                  const std::string& extra, int world_size, double clip,
+                  const std::string& optimizer_params) {
+  const std::string text = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(micro_batch) +
+                           ", \"gradient_accumulation_steps\": " + std::to_string(gas) + ", " +
+                           extra + " \"optimizer\": {\"type\": \"AdamW\", \"params\": {" +
+                           optimizer_params +
+                           "}},"
+                           " \"gradient_clipping\": " +
+                           std::to_string(clip) + ", \"zero_optimization\": {" + zero + "}}";
   RunContext run;
   run.world_size = world_size;
   Result<Config> c = LoadConfigText(text, "test-config", run);
@@ -69,13 +71,15 @@ std::unique_ptr<Device> MakeHostDevice(uint64_t memory_bytes) {
   return std::move(d).value();
 }
 
-std::unique_ptr<llama::LlamaForCausalLM> MakeTinyModel(Device* device, DType dtype, bool tied) {
+std::unique_ptr<llama::LlamaForCausalLM> MakeTinyModel(Device* device, DType dtype, bool tied,
+                                                       bool checkpointing) {
   llama::LlamaConfig c = llama::LlamaPreset("tiny").value();
   c.tie_word_embeddings = tied;
   llama::LlamaModelOptions o;
   o.dtype = dtype;
   o.allocate_parameters = false;
   o.allocate_grads = false;
+  o.activation_checkpointing = checkpointing;
   Result<std::unique_ptr<llama::LlamaForCausalLM>> m =
       llama::LlamaForCausalLM::Create(c, device, o);
   EXPECT_TRUE(m.ok()) << m.status().ToString();

@@ -31,8 +31,11 @@ TokenData RandomTokens(uint64_t seed, size_t batches, int64_t batch, int64_t seq
 
 // A DeepSpeed config: `zero` is the zero_optimization object's JSON body, `extra` more
 // top-level keys (each with a trailing comma), e.g. "\"bf16\": {\"enabled\": true},".
+// `optimizer_params` is the AdamW "params" object's body.
+inline constexpr const char* kDefaultAdamW = "\"lr\": 0.01, \"weight_decay\": 0.1";
 Config MakeConfig(int64_t micro_batch, int64_t gas, const std::string& zero,
-                  const std::string& extra = "", int world_size = 1, double clip = 0.5);
+                  const std::string& extra = "", int world_size = 1, double clip = 0.5,
+                  const std::string& optimizer_params = kDefaultAdamW);
 
 // World 1 (the local backend).
 std::unique_ptr<Communicator> MakeLocalComm();
@@ -40,8 +43,10 @@ std::unique_ptr<Communicator> MakeLocalComm();
 std::unique_ptr<Device> MakeHostDevice(uint64_t memory_bytes = uint64_t{512} << 20);
 
 // A tiny Llama in `dtype` with no storage, for the engine.
+// `checkpointing`: activation checkpointing (layers recompute their forward in backward).
 std::unique_ptr<llama::LlamaForCausalLM> MakeTinyModel(Device* device, DType dtype,
-                                                       bool tied = false);
+                                                       bool tied = false,
+                                                       bool checkpointing = false);
 
 // Trains `steps` optimizer steps (gas micro-batches each) and returns every parameter's full
 // fp32 master, in NamedParameters order.

@@ -1,0 +1,52 @@
+// The engine's stage 2-3 glue: the gradient reducer and module hooks it installs, and its
+// per-tier memory figures.
+#include <algorithm>
+
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+
+namespace strata {
+
+Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communicator& comm,
+                                Device& device, const std::vector<nn::Parameter*>& params,
+                                const PartitionLayout& layout, DType dtype) {
+  GradReducerOptions ro;
+  ro.comm = &comm;
+  ro.device = &device;
+  ro.compute = compute;
+  ro.comm_stream = this->comm;
+  ro.overlap = z.overlap_comm;
+  ro.bucket_numel = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 0));
+  ro.layout = &layout;
+  ro.partition = static_cast<float*>(grad_partition);
+  ro.slot_done = [this](const Stream& s, size_t param, float* slot) {
+    return hooks->SlotDone(s, param, slot);
+  };
+  STRATA_ASSIGN_OR_RETURN(reducer, GradReducer::Create(ro));
+  ZeroHooksOptions ho;
+  ho.comm = &comm;
+  ho.device = &device;
+  ho.compute = compute;
+  ho.params = params;
+  ho.layout = &layout;
+  ho.dtype = dtype;
+  ho.partition_params = z.stage == 3;
+  ho.shards = shards;
+  ho.shards_on_host = shards_on_host;
+  ho.persistence_threshold = z.param_persistence_threshold;
+  ho.reducer = reducer.get();
+  STRATA_ASSIGN_OR_RETURN(hooks, ZeroHooks::Create(model, ho));
+  model.AddHooksRecursive(hooks.get());
+  return Status::Ok();
+}
+
+void Engine::Impl::FillMemoryStats(const OptimizerState& opt, EngineStats* stats) const {
+  const uint64_t fixed = device_bytes + (opt.tier() == Tier::kDevice ? opt.size_bytes() : 0);
+  const uint64_t live = hooks != nullptr ? hooks->live_bytes() : 0;
+  const uint64_t peak = hooks != nullptr ? hooks->peak_live_bytes() : 0;
+  stats->device_bytes = fixed + live;
+  stats->device_peak_bytes = std::max(stats->device_peak_bytes, fixed + peak);
+  stats->cpu_bytes = cpu_bytes;
+}
+
+}  // namespace strata

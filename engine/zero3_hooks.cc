@@ -1,0 +1,212 @@
+#include "engine/zero3_hooks.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/units.h"
+#include "offload/device/kernels.h"
+
+namespace strata {
+
+Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const ZeroHooksOptions& o) {
+  if (o.comm == nullptr || o.device == nullptr || o.layout == nullptr || o.reducer == nullptr ||
+      (o.partition_params && o.shards == nullptr)) {
+    return InvalidArgumentError(
+        "zero hooks: communicator, device, layout, reducer (and shards at "
+        "stage 3) are required");
+  }
+  std::unique_ptr<ZeroHooks> h(new ZeroHooks(o));
+  h->state_.resize(o.params.size());
+  for (nn::Module* m : root.Modules()) {
+    std::vector<size_t> used;
+    auto add = [&](const nn::Parameter* p) -> Status {
+      if (p->index() < 0 || static_cast<size_t>(p->index()) >= o.params.size() ||
+          o.params[static_cast<size_t>(p->index())] != p) {
+        return InvalidArgumentError("zero hooks: module " + m->name() + " uses parameter " +
+                                    p->name() + ", which is not one of the model's parameters");
+      }
+      const size_t i = static_cast<size_t>(p->index());
+      if (std::find(used.begin(), used.end(), i) == used.end()) used.push_back(i);
+      return Status::Ok();
+    };
+    for (const nn::Parameter* p : m->own_parameters()) STRATA_RETURN_IF_ERROR(add(p));
+    for (const nn::Parameter* p : m->external_parameters()) STRATA_RETURN_IF_ERROR(add(p));
+    for (size_t i : used) ++h->state_[i].users;
+    if (!used.empty()) h->uses_[m] = std::move(used);
+  }
+  if (o.partition_params) {
+    for (size_t i = 0; i < o.params.size(); ++i) {
+      nn::Parameter* p = o.params[i];
+      p->set_data(nullptr);
+      p->set_grad(nullptr, DType::kFloat32);
+      h->state_[i].persistent = p->numel() <= o.persistence_threshold;
+    }
+  }
+  return h;
+}
+
+ZeroHooks::~ZeroHooks() {
+  o_.compute.Synchronize().IgnoreError();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState& st = state_[i];
+    if (st.full != nullptr) o_.device->Free(st.full).IgnoreError();
+    if (st.slot != nullptr) o_.device->Free(st.slot).IgnoreError();
+    if (o_.partition_params) {
+      o_.params[i]->set_data(nullptr);
+      o_.params[i]->set_grad(nullptr, DType::kFloat32);
+    }
+  }
+}
+
+const std::vector<size_t>& ZeroHooks::ParamsOf(const nn::Module& m) const {
+  static const std::vector<size_t> kNone;
+  auto it = uses_.find(&m);
+  return it == uses_.end() ? kNone : it->second;
+}
+
+void ZeroHooks::AddLive(uint64_t bytes) {
+  live_bytes_ += bytes;
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+}
+
+Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {
+  (void)ctx;  // everything goes on the engine's compute stream, which ctx.stream is
+  const std::vector<size_t>& used = ParamsOf(module);
+  if (used.empty()) return Status::Ok();
+  switch (point) {
+    case nn::HookPoint::kPreForward:
+      for (size_t i : used) STRATA_RETURN_IF_ERROR(Gather(i));
+      return Status::Ok();
+    case nn::HookPoint::kPostForward:
+      for (size_t i : used) STRATA_RETURN_IF_ERROR(Release(i));
+      return Status::Ok();
+    case nn::HookPoint::kPreBackward:
+      for (size_t i : used) {
+        STRATA_RETURN_IF_ERROR(Gather(i));
+        STRATA_RETURN_IF_ERROR(AcquireSlot(i));
+      }
+      return Status::Ok();
+    case nn::HookPoint::kPostBackward:
+      for (size_t i : used) {
+        STRATA_RETURN_IF_ERROR(Release(i));
+        ParamState& st = state_[i];
+        if (++st.backward_seen == st.users) {
+          st.backward_seen = 0;
+          nn::Parameter* p = o_.params[i];
+          STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
+          if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);  // the reducer frees it
+        }
+      }
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status ZeroHooks::Gather(size_t i) {
+  if (!o_.partition_params) return Status::Ok();
+  ParamState& st = state_[i];
+  if (st.persistent || st.gathered++ > 0) return Status::Ok();
+  nn::Parameter* p = o_.params[i];
+  const ShardSlice& s = o_.layout->slices()[i];
+  const size_t cbytes = DTypeBytes(o_.dtype);
+  const size_t bytes = s.numel * cbytes;
+  Result<void*> full = o_.device->Allocate(bytes);
+  if (!full.ok()) {
+    return full.status().WithContext("gathering " + p->name() + " (" + FormatBytes(bytes) + ")");
+  }
+  st.full = *full;
+  AddLive(bytes);
+  const uint8_t* shard = static_cast<const uint8_t*>(o_.shards) + s.flat_offset * cbytes;
+  const Stream& c = o_.compute;
+  if (o_.shards_on_host) {  // offload_param cpu: the shard crosses the link first
+    Result<void*> staged = o_.device->Allocate(s.shard_numel * cbytes);
+    if (!staged.ok()) {
+      return staged.status().WithContext("staging the shard of " + p->name());
+    }
+    STRATA_RETURN_IF_ERROR(
+        c.CopyAsync(*staged, shard, s.shard_numel * cbytes, CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, *staged, st.full, s.numel, o_.dtype, nullptr)
+                               .WithContext("all-gather of " + p->name()));
+    STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(c, *staged));
+  } else {
+    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, shard, st.full, s.numel, o_.dtype, nullptr)
+                               .WithContext("all-gather of " + p->name()));
+  }
+  p->set_data(st.full);
+  return Status::Ok();
+}
+
+Status ZeroHooks::Release(size_t i) {
+  if (!o_.partition_params) return Status::Ok();
+  ParamState& st = state_[i];
+  if (st.persistent) return Status::Ok();
+  if (st.gathered <= 0) {
+    return InternalError("zero hooks: release of " + o_.params[i]->name() + " without a gather");
+  }
+  if (--st.gathered > 0) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
+  live_bytes_ -= o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+  st.full = nullptr;
+  o_.params[i]->set_data(nullptr);
+  return Status::Ok();
+}
+
+Status ZeroHooks::AcquireSlot(size_t i) {
+  if (!o_.partition_params) return Status::Ok();
+  ParamState& st = state_[i];
+  if (st.slot != nullptr) return Status::Ok();  // a tied parameter's second user
+  nn::Parameter* p = o_.params[i];
+  const size_t numel = static_cast<size_t>(p->numel());
+  Result<void*> slot = o_.device->Allocate(numel * sizeof(float));
+  if (!slot.ok()) {
+    return slot.status().WithContext("gradient slot of " + p->name() + " (" +
+                                     FormatBytes(numel * sizeof(float)) + ")");
+  }
+  st.slot = static_cast<float*>(*slot);
+  AddLive(numel * sizeof(float));
+  STRATA_RETURN_IF_ERROR(LaunchFill(o_.compute, st.slot, DType::kFloat32, 0.0f, numel));
+  p->set_grad(st.slot, DType::kFloat32);
+  return Status::Ok();
+}
+
+Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
+  const size_t numel = o_.layout->slices()[i].numel;
+  if (!o_.partition_params) return LaunchFill(stream, slot, DType::kFloat32, 0.0f, numel);
+  STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(stream, slot));
+  live_bytes_ -= numel * sizeof(float);
+  state_[i].slot = nullptr;
+  return Status::Ok();
+}
+
+Status ZeroHooks::FinishBackward() {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState& st = state_[i];
+    if (st.backward_seen == 0) continue;  // complete (reduced) or not used in this backward
+    st.backward_seen = 0;
+    nn::Parameter* p = o_.params[i];
+    STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
+    if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);
+  }
+  return o_.reducer->Flush();
+}
+
+Status ZeroHooks::RegatherPersistent() {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ParamState& st = state_[i];
+    if (!st.persistent) continue;
+    if (st.full != nullptr) {  // gathered already: refresh in place from the new shards
+      STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
+      live_bytes_ -= o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+      st.full = nullptr;
+    }
+    st.persistent = false;  // Gather's fast path skips persistent parameters
+    st.gathered = 0;
+    Status s = Gather(i);
+    st.persistent = true;
+    st.gathered = 0;
+    STRATA_RETURN_IF_ERROR(s);
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata

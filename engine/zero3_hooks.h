@@ -1,0 +1,104 @@
+// ZeroHooks: the module hooks of ZeRO stages 2 and 3 — what happens to a module's parameters
+// around its forward and backward.
+//
+// Stage 3 (partition_params): between uses only this rank's compute-dtype shard of a parameter
+// lives (in `shards`: device memory, or pinned CPU memory with offload_param.device = cpu). At
+// PreForward/PreBackward the module's parameters — its own and the external ones it declares
+// (a tied LM head's weight) — are gathered: [H2D of the shard] -> all-gather into a device
+// buffer -> Parameter::set_data; at PostForward/PostBackward they are released (set_data(nullptr),
+// the buffer freed in stream order). Gathers nest (a count per parameter), so a parameter two
+// live modules use is gathered once. Persistent parameters (numel <= the persistence threshold)
+// are gathered by RegatherPersistent (the engine calls it once the shards hold values, and after
+// every step) and never released. Activation checkpointing
+// re-runs forward hooks inside backward: they gather and release as in forward.
+//
+// Gradients (stages 2 and 3): a parameter's gradient is complete when the last module that uses
+// it has finished its backward (PostBackward seen as many times as modules use it: twice for a
+// tied embedding). Then the slot goes to the GradReducer (reduce-scatter += into the fp32
+// partition). At stage 3 the fp32 slot exists only from the first PreBackward of a module using
+// the parameter to that reduce (allocated, zero-filled; freed after the reduce); at stage 2 the
+// slots are the engine's permanent ones and are zeroed after the reduce. Keeping a tied
+// parameter's slot until its last user (instead of reducing once per user) sums its gradient in
+// the order stage 0 does, so world-1 runs stay bitwise equal to stage 0.
+//
+// Thread safety: hooks run on the thread that drives the model (the engine's).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "engine/comm/communicator.h"
+#include "engine/grad_reducer.h"
+#include "engine/partition.h"
+#include "nn/module.h"
+#include "offload/device/device.h"
+
+namespace strata {
+
+struct ZeroHooksOptions {
+  Communicator* comm = nullptr;
+  Device* device = nullptr;
+  Stream compute;                      // where gathers, releases and slot fills are enqueued
+  std::vector<nn::Parameter*> params;  // the root's NamedParameters()
+  const PartitionLayout* layout = nullptr;
+  DType dtype = DType::kFloat32;  // compute dtype of parameters and shards
+  // Stage 3: parameters partitioned; `shards` is this rank's flat compute-dtype partition
+  // (layout order), in host memory if shards_on_host (offload_param.device = cpu), else device.
+  bool partition_params = false;
+  const void* shards = nullptr;
+  bool shards_on_host = false;
+  int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
+  GradReducer* reducer = nullptr;     // not owned
+};
+
+class ZeroHooks final : public nn::ModuleHooks {
+ public:
+  // Counts each parameter's users in `root`'s tree; at stage 3 marks every parameter released.
+  static Result<std::unique_ptr<ZeroHooks>> Create(nn::Module& root, const ZeroHooksOptions& o);
+  // Waits for the compute stream and frees every gathered buffer and slot.
+  ~ZeroHooks() override;
+
+  Status OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) override;
+
+  // End of a backward pass: hands slots whose users did not all run backward to the reducer,
+  // and flushes it. Afterwards compute-stream work sees the reduced partition.
+  Status FinishBackward();
+  // Stage 3: re-gathers the persistent parameters from the (updated) shards.
+  Status RegatherPersistent();
+
+  // The reducer's SlotDoneFn: stage 3 frees the slot (in `stream` order), stage 2 zeroes it.
+  Status SlotDone(const Stream& stream, size_t param, float* slot);
+
+  bool persistent(size_t param) const { return state_[param].persistent; }
+  // Device bytes held now by gathered parameters and stage-3 gradient slots, and the peak.
+  uint64_t live_bytes() const { return live_bytes_; }
+  uint64_t peak_live_bytes() const { return peak_live_bytes_; }
+
+ private:
+  struct ParamState {
+    int users = 0;     // modules that use it (own + external)
+    int gathered = 0;  // nested gathers in flight
+    int backward_seen = 0;
+    bool persistent = false;
+    void* full = nullptr;   // gathered buffer
+    float* slot = nullptr;  // stage 3 gradient slot
+  };
+  explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
+  Status Gather(size_t i);
+  Status Release(size_t i);
+  Status AcquireSlot(size_t i);
+  void AddLive(uint64_t bytes);
+  const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
+
+  ZeroHooksOptions o_;
+  std::vector<ParamState> state_;
+  std::unordered_map<const nn::Module*, std::vector<size_t>> uses_;
+  uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
+};
+
+}  // namespace strata
