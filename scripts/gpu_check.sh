@@ -6,12 +6,15 @@
 # Steps (each one's command, exit code, time and log go into one JSON, default gpu_check.json):
 #   1. the GPU and driver (nvidia-smi), nvcc
 #   2. a -Werror build with CUDA on (scripts/build.sh DIR -DSTRATA_WITH_CUDA=ON)
-#   3. the GPU tests: ctest -L gpu, and every `cuda` case of the device-parameterised suites
-#      (ctest -R '/cuda( |$)': the nn op conformance test, the offload device tests). On a GPU machine
-#      a skipped `cuda` case counts as a failure: it means the test did not see the GPU.
+#   3. the GPU tests: ctest -L gpu (the engine backend suites: optimizer kernels, optimizer state,
+#      the engine's stage 0/1/2 same-math run), and every `cuda` case of the device-parameterised
+#      suites (ctest -R '/cuda(_| |$)': the nn op conformance test, the offload device tests, the
+#      engine backend suites). On a GPU machine a skipped `cuda` case counts as a failure: it
+#      means the test did not see the GPU.
 #   4. bench/train_step on the CUDA device, bench/overlap, and a short `strata train` of the 1b
-#      preset with configs/llama_nvme.json — each only if this checkout has it (else recorded as
-#      "not available" with the reason).
+#      preset on the GPU (strata.device forced to cuda) with configs/llama_nvme.json, or
+#      configs/llama_zero2_cpu.json when this checkout has no llama_nvme.json (the JSON says which)
+#      — each only if this checkout has it (else recorded as "not available" with the reason).
 # Exit codes: 0 every step passed; 1 a step failed (see the JSON and the logs); 2 no NVIDIA GPU
 # here (nothing is built or run); 64 bad usage.
 set -uo pipefail
@@ -25,7 +28,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (allowed: --build-dir DIR, --out FILE, --skip-build)" >&2
        exit 64 ;;
   esac
@@ -58,7 +61,7 @@ record() {
   echo "gpu_check: $name: $status${note:+ ($note)}"
 }
 
-# run NAME COMMAND...: runs it, logs to $logs/NAME.log, records passed/failed.
+# run NAME COMMAND...: runs it, logs to $logs/NAME.log, records passed/failed (with $run_note).
 run() {
   local name=$1
   shift
@@ -68,7 +71,7 @@ run() {
   code=$?
   end=$(date +%s)
   record "$name" "$([[ $code == 0 ]] && echo passed || echo failed)" "$code" $((end - start)) \
-    "$log" "" "$@"
+    "$log" "${run_note:-}" "$@"
   return $code
 }
 
@@ -90,7 +93,7 @@ fi
 if [[ -d $build_dir ]]; then
   run ctest_gpu_label ctest --test-dir "$build_dir" -L gpu --no-tests=ignore \
     --output-on-failure --output-junit "$logs/ctest_gpu_label.xml"
-  run ctest_cuda_cases ctest --test-dir "$build_dir" -R '/cuda( |$)' --no-tests=error \
+  run ctest_cuda_cases ctest --test-dir "$build_dir" -R '/cuda(_| |$)' --no-tests=error \
     --output-on-failure --output-junit "$logs/ctest_cuda_cases.xml"
 else
   record ctest_cuda_cases failed "" 0 "" "no build directory $build_dir"
@@ -116,15 +119,31 @@ else
 fi
 
 strata="$build_dir/tools/strata/strata"
+train_config=configs/llama_nvme.json
+config_note=""
+if [[ ! -f $train_config ]]; then
+  train_config=configs/llama_zero2_cpu.json
+  config_note="configs/llama_nvme.json is not in this checkout: used $train_config instead"
+fi
 if [[ ! -x $strata ]]; then
   not_available strata_train_1b "$strata was not built"
 elif ! "$strata" --help 2>&1 | grep -qw train; then
   not_available strata_train_1b "the strata program has no 'train' subcommand yet"
-elif [[ ! -f configs/llama_nvme.json ]]; then
-  not_available strata_train_1b "configs/llama_nvme.json is not in this checkout"
+elif [[ ! -f $train_config ]]; then
+  not_available strata_train_1b "neither configs/llama_nvme.json nor $train_config is here"
 else
-  run strata_train_1b "$strata" train --model 1b --config configs/llama_nvme.json --steps 5 \
-    --device cuda
+  # The same config with the run pinned to the GPU (strata.device = cuda: no silent fallback to
+  # the host-emulated device).
+  gpu_config="$logs/$(basename "$train_config" .json)_cuda.json"
+  "$python" - "$train_config" "$gpu_config" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.setdefault("strata", {})["device"] = "cuda"
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+  [[ -n $config_note ]] && echo "gpu_check: $config_note"
+  run_note=$config_note run strata_train_1b "$strata" train --init 1b --config "$gpu_config" \
+    --steps 5 --seq-len 512 --json
 fi
 
 # --- 5. The JSON ---------------------------------------------------------------------------------
@@ -157,7 +176,8 @@ for line in open(steps_file):
             if name == "ctest_cuda_cases":
                 step["status"] = "failed"
                 step["note"] = "cuda cases skipped on a GPU machine"
-    if name in ("nvidia_smi", "train_step_cuda", "overlap_cuda") and log and os.path.exists(log):
+    if name in ("nvidia_smi", "train_step_cuda", "overlap_cuda", "strata_train_1b") and log \
+            and os.path.exists(log):
         step["output"] = open(log).read()[-4000:]
     steps.append(step)
 try:

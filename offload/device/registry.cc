@@ -1,5 +1,6 @@
 #include "offload/device/registry.h"
 
+#include "offload/device/optimizer_kernels.h"
 #include "strata/config.h"
 
 namespace strata {
@@ -34,6 +35,20 @@ Result<DeviceKind> ParseDeviceKind(std::string_view text) {
   if (text == "cuda") return DeviceKind::kCuda;
   return InvalidArgumentError("unknown device kind '" + std::string(text) +
                               "' (allowed: host, cuda)");
+}
+
+const OptimizerKernelTable* OptimizerKernelsFor(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kHost:
+      return &internal::HostOptimizerKernels();
+    case DeviceKind::kCuda:
+#if STRATA_WITH_CUDA
+      return &internal::CudaOptimizerKernels();
+#else
+      return nullptr;  // built without CUDA
+#endif
+  }
+  return nullptr;
 }
 
 Result<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {

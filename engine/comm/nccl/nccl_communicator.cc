@@ -4,8 +4,13 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "core/half.h"
@@ -14,6 +19,7 @@
 #include "engine/comm/mpi/mpi_env.h"
 #include "engine/comm/mpi/peer_probe.h"
 #include "engine/comm/mpi/size_check.h"
+#include "offload/device/cuda/cuda_device.h"
 
 namespace strata::internal {
 namespace {
@@ -78,6 +84,78 @@ struct NcclShared {
   MPI_Comm mpi = MPI_COMM_NULL;     // size checks
 };
 
+// Enqueues collective `d` on `st`. A padded all-gather / reduce-scatter goes through a temporary
+// allocated on `st` (*tmp); FinishOn un-pads it and frees it, on the same stream.
+Status IssueOn(const NcclShared& sh, const CollectiveDesc& d, const void* send, void* recv,
+               int world, cudaStream_t st, void** tmp) {
+  const ncclDataType_t type = NcclType(d.dtype);
+  const size_t es = DTypeBytes(d.dtype);
+  const size_t shard = ShardNumel(d.numel, world);
+  const size_t padded = shard * static_cast<size_t>(world);
+  switch (d.kind) {
+    case CollectiveKind::kAllGather: {
+      void* dst = recv;
+      if (padded != d.numel) {
+        STRATA_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(tmp, padded * es, st), "alloc"));
+        dst = *tmp;
+      }
+      return NcclStatus(ncclAllGather(send, dst, shard, type, sh.nccl, st), "ncclAllGather");
+    }
+    case CollectiveKind::kReduceScatter: {
+      const void* src = send;
+      if (padded != d.numel) {
+        STRATA_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(tmp, padded * es, st), "alloc"));
+        auto* t = static_cast<char*>(*tmp);
+        STRATA_RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(t, send, d.numel * es, cudaMemcpyDeviceToDevice, st), "pad"));
+        STRATA_RETURN_IF_ERROR(
+            CudaStatus(cudaMemsetAsync(t + d.numel * es, 0, (padded - d.numel) * es, st), "pad"));
+        src = *tmp;
+      }
+      ncclRedOp_t op = ncclSum;
+      if (d.predivide_factor != 1.0) {
+        const float scale = static_cast<float>(1.0 / d.predivide_factor);
+        uint16_t half = d.dtype == DType::kFloat16 ? FloatToFp16(scale) : FloatToBf16(scale);
+        void* scalar = d.dtype == DType::kFloat32 ? static_cast<void*>(const_cast<float*>(&scale))
+                                                  : static_cast<void*>(&half);
+        STRATA_RETURN_IF_ERROR(NcclStatus(
+            ncclRedOpCreatePreMulSum(&op, scalar, type, ncclScalarHostImmediate, sh.nccl),
+            "ncclRedOpCreatePreMulSum"));
+      }
+      Status s = NcclStatus(ncclReduceScatter(src, recv, shard, type, op, sh.nccl, st),
+                            "ncclReduceScatter");
+      if (op != ncclSum) ncclRedOpDestroy(op, sh.nccl);
+      return s;
+    }
+    case CollectiveKind::kAllReduce:
+      return NcclStatus(ncclAllReduce(send, recv, d.numel, type,
+                                      d.op == ReduceOp::kSum ? ncclSum : ncclMax, sh.nccl, st),
+                        "ncclAllReduce");
+    case CollectiveKind::kBroadcast:
+      return NcclStatus(ncclBroadcast(recv, recv, d.numel, type, d.root, sh.nccl, st),
+                        "ncclBroadcast");
+    case CollectiveKind::kBarrier:
+    case CollectiveKind::kSplit:
+      return NcclStatus(ncclAllReduce(sh.barrier_scratch, sh.barrier_scratch, 1, ncclFloat32,
+                                      ncclSum, sh.nccl, st),
+                        "ncclAllReduce (barrier)");
+  }
+  return InternalError("unknown collective");
+}
+
+// Work after the NCCL call, on the same stream: un-pad an all-gather, free the temporary.
+Status FinishOn(const CollectiveDesc& d, void* recv, cudaStream_t st, void** tmp) {
+  if (*tmp == nullptr) return Status::Ok();
+  if (d.kind == CollectiveKind::kAllGather) {
+    STRATA_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(recv, *tmp, d.numel * DTypeBytes(d.dtype), cudaMemcpyDeviceToDevice, st),
+        "unpad"));
+  }
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaFreeAsync(*tmp, st), "free"));
+  *tmp = nullptr;
+  return Status::Ok();
+}
+
 class NcclOp final : public QueuedOp {
  public:
   NcclOp(const CollectiveDesc& d, const NcclShared* s, int rank, int world, bool check)
@@ -118,79 +196,13 @@ class NcclOp final : public QueuedOp {
 
  private:
   Status Issue() {
-    const CollectiveDesc& d = desc();
     STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(s_->ordinal), "cudaSetDevice"));
     STRATA_RETURN_IF_ERROR(
         CudaStatus(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"));
-    const ncclDataType_t type = NcclType(d.dtype);
-    const size_t es = DTypeBytes(d.dtype);
-    const size_t shard = ShardNumel(d.numel, world_);
-    const size_t padded = shard * static_cast<size_t>(world_);
-    cudaStream_t st = s_->stream;
-    switch (d.kind) {
-      case CollectiveKind::kAllGather: {
-        void* dst = recv;
-        if (padded != d.numel) {
-          STRATA_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&tmp_, padded * es, st), "alloc"));
-          dst = tmp_;
-        }
-        return NcclStatus(ncclAllGather(send, dst, shard, type, s_->nccl, st), "ncclAllGather");
-      }
-      case CollectiveKind::kReduceScatter: {
-        const void* src = send;
-        if (padded != d.numel) {
-          STRATA_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&tmp_, padded * es, st), "alloc"));
-          auto* t = static_cast<char*>(tmp_);
-          STRATA_RETURN_IF_ERROR(CudaStatus(
-              cudaMemcpyAsync(t, send, d.numel * es, cudaMemcpyDeviceToDevice, st), "pad"));
-          STRATA_RETURN_IF_ERROR(
-              CudaStatus(cudaMemsetAsync(t + d.numel * es, 0, (padded - d.numel) * es, st), "pad"));
-          src = tmp_;
-        }
-        ncclRedOp_t op = ncclSum;
-        if (d.predivide_factor != 1.0) {
-          const float scale = static_cast<float>(1.0 / d.predivide_factor);
-          uint16_t half = d.dtype == DType::kFloat16 ? FloatToFp16(scale) : FloatToBf16(scale);
-          void* scalar = d.dtype == DType::kFloat32 ? static_cast<void*>(const_cast<float*>(&scale))
-                                                    : static_cast<void*>(&half);
-          STRATA_RETURN_IF_ERROR(NcclStatus(
-              ncclRedOpCreatePreMulSum(&op, scalar, type, ncclScalarHostImmediate, s_->nccl),
-              "ncclRedOpCreatePreMulSum"));
-        }
-        Status s = NcclStatus(ncclReduceScatter(src, recv, shard, type, op, s_->nccl, st),
-                              "ncclReduceScatter");
-        if (op != ncclSum) ncclRedOpDestroy(op, s_->nccl);
-        return s;
-      }
-      case CollectiveKind::kAllReduce:
-        return NcclStatus(ncclAllReduce(send, recv, d.numel, type,
-                                        d.op == ReduceOp::kSum ? ncclSum : ncclMax, s_->nccl, st),
-                          "ncclAllReduce");
-      case CollectiveKind::kBroadcast:
-        return NcclStatus(ncclBroadcast(recv, recv, d.numel, type, d.root, s_->nccl, st),
-                          "ncclBroadcast");
-      case CollectiveKind::kBarrier:
-      case CollectiveKind::kSplit:
-        return NcclStatus(ncclAllReduce(s_->barrier_scratch, s_->barrier_scratch, 1, ncclFloat32,
-                                        ncclSum, s_->nccl, st),
-                          "ncclAllReduce (barrier)");
-    }
-    return InternalError("unknown collective");
+    return IssueOn(*s_, desc(), send, recv, world_, s_->stream, &tmp_);
   }
 
-  // Work after the NCCL call, on the same stream: un-pad an all-gather, free the temporary.
-  Status Finish() {
-    if (tmp_ == nullptr) return Status::Ok();
-    if (desc().kind == CollectiveKind::kAllGather) {
-      STRATA_RETURN_IF_ERROR(
-          CudaStatus(cudaMemcpyAsync(recv, tmp_, desc().numel * DTypeBytes(desc().dtype),
-                                     cudaMemcpyDeviceToDevice, s_->stream),
-                     "unpad"));
-    }
-    STRATA_RETURN_IF_ERROR(CudaStatus(cudaFreeAsync(tmp_, s_->stream), "free"));
-    tmp_ = nullptr;
-    return Status::Ok();
-  }
+  Status Finish() { return FinishOn(desc(), recv, s_->stream, &tmp_); }
 
   const NcclShared* s_;
   int rank_, world_;
@@ -199,6 +211,121 @@ class NcclOp final : public QueuedOp {
   cudaEvent_t event_ = nullptr;
   void* tmp_ = nullptr;
   bool recorded_ = false;
+};
+
+// Note [Direct collectives]
+// Without the size check (strata.comm_check_sizes off, the release default) a collective needs no
+// host round trip, so it goes straight onto the caller's own cudaStream_t (CudaNativeStreamOf):
+// issued at call time under a mutex (call order = issue order on every rank), ordered with the
+// caller's other streams by its events, and `done` recorded right after it. No host wait per
+// collective. What the progress thread did for queued ops is kept:
+//   - the watchdog (DirectWatchdog) records a CUDA event after each collective and polls them; if
+//     the oldest makes no progress for timeout_s it marks the communicator failed and aborts the
+//     NCCL communicator, so the hung kernels return;
+//   - a host function enqueued after each collective returns that failure, which makes it the
+//     stream's error (Note [Stream errors]); it returns at once, it never waits.
+// With the size check on, collectives go through CollectiveQueue as before (the agreement is an
+// MPI exchange on the host).
+class DirectWatchdog {
+ public:
+  DirectWatchdog(double timeout_s, std::string name)
+      : timeout_s_(timeout_s), name_(std::move(name)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~DirectWatchdog() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    for (Pending& p : pending_) cudaEventDestroy(p.event);
+  }
+
+  // Called once the abort has to happen (the communicator aborts NCCL).
+  void set_on_timeout(std::function<void(const Status&)> f) { on_timeout_ = std::move(f); }
+
+  // The failure every later collective and host check reports (Ok while healthy). Shared with
+  // the host functions on the callers' streams, which may run after the watchdog is gone.
+  struct Failure {
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    Status status;
+    Status Get() {
+      if (!failed.load()) return Status::Ok();
+      std::lock_guard lock(mu);
+      return status;
+    }
+  };
+  Status status() const { return failure_->Get(); }
+  std::shared_ptr<Failure> failure() const { return failure_; }
+
+  // Records an event after `d` on `st` and watches it.
+  Status Watch(const CollectiveDesc& d, cudaStream_t st) {
+    cudaEvent_t ev = nullptr;
+    STRATA_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
+    Status s = CudaStatus(cudaEventRecord(ev, st), "cudaEventRecord");
+    if (!s.ok()) {
+      cudaEventDestroy(ev);
+      return s;
+    }
+    {
+      std::lock_guard lock(mu_);
+      pending_.push_back({ev, d, std::chrono::steady_clock::now()});
+    }
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    CollectiveDesc desc;
+    std::chrono::steady_clock::time_point issued;
+  };
+
+  void Run() {
+    auto last_progress = std::chrono::steady_clock::now();
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+      while (!pending_.empty()) {
+        const cudaError_t q = cudaEventQuery(pending_.front().event);
+        if (q == cudaErrorNotReady) break;
+        cudaEventDestroy(pending_.front().event);
+        pending_.pop_front();
+        last_progress = std::chrono::steady_clock::now();
+      }
+      if (pending_.empty() || failure_->failed.load()) continue;
+      const auto since = std::max(last_progress, pending_.front().issued);
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      if (waited < timeout_s_) continue;
+      const Status f = AbortedError(name_ + ": " + pending_.front().desc.ToString() +
+                                    " made no progress for " + std::to_string(timeout_s_) +
+                                    " s (strata.comm_timeout_s): a peer is missing or hung; the "
+                                    "communicator is aborted");
+      {
+        std::lock_guard flock(failure_->mu);
+        failure_->status = f;
+      }
+      failure_->failed.store(true);
+      lock.unlock();
+      if (on_timeout_) on_timeout_(f);
+      lock.lock();
+    }
+  }
+
+  const double timeout_s_;
+  const std::string name_;
+  std::function<void(const Status&)> on_timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> pending_;
+  std::shared_ptr<Failure> failure_ = std::make_shared<Failure>();
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
 };
 
 class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
@@ -211,7 +338,14 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
   }
 
   ~NcclCommunicator() override {
-    const bool clean = queue_ == nullptr || queue_->status().ok();
+    const bool clean = (queue_ == nullptr || queue_->status().ok()) &&
+                       (watchdog_ == nullptr || watchdog_->status().ok());
+    if (clean && s_.stream != nullptr) {
+      // Direct collectives are on the callers' streams: let them drain before NCCL goes.
+      cudaSetDevice(s_.ordinal);
+      cudaDeviceSynchronize();
+    }
+    watchdog_.reset();
     queue_.reset();
     probe_.reset();
     if (s_.nccl != nullptr) clean ? ncclCommDestroy(s_.nccl) : ncclCommAbort(s_.nccl);
@@ -268,6 +402,45 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
         "comm nccl (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")",
         options_.timeout_s, this);
     probe_->Attach(queue_.get());
+    if (!options_.check_sizes) {  // Note [Direct collectives]
+      watchdog_ = std::make_unique<DirectWatchdog>(
+          options_.timeout_s,
+          "comm nccl (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")");
+      watchdog_->set_on_timeout([this](const Status&) {
+        std::lock_guard lock(direct_mu_);
+        if (s_.nccl != nullptr) ncclCommAbort(s_.nccl);  // hung kernels return
+        s_.nccl = nullptr;
+      });
+    }
+    return Status::Ok();
+  }
+
+  // Note [Direct collectives].
+  Status SubmitDirect(const CollectiveDesc& desc, const void* send, void* recv,
+                      const Stream& stream, Event* done) {
+    STRATA_ASSIGN_OR_RETURN(CudaNativeStream native, CudaNativeStreamOf(stream));
+    if (native.ordinal != s_.ordinal) {
+      return InvalidArgumentError(
+          "comm nccl: the stream is on cuda:" + std::to_string(native.ordinal) +
+          " but this communicator is on " + "cuda:" + std::to_string(s_.ordinal));
+    }
+    const auto st = static_cast<cudaStream_t>(native.stream);
+    std::lock_guard lock(direct_mu_);
+    STRATA_RETURN_IF_ERROR(watchdog_->status());
+    if (s_.nccl == nullptr) return FailedPreconditionError("comm nccl: the communicator failed");
+    CollectiveDesc d = desc;
+    d.seq = ++direct_seq_;
+    void* tmp = nullptr;
+    const std::string what = "comm nccl: " + d.ToString();
+    STRATA_RETURN_IF_ERROR(IssueOn(s_, d, send, recv, world_, st, &tmp).WithContext(what));
+    // The communicator is non-blocking: wait until NCCL accepted the enqueue (not for the
+    // collective to run), bounded by the timeout.
+    STRATA_RETURN_IF_ERROR(WaitNccl(s_.nccl, options_.timeout_s, what));
+    STRATA_RETURN_IF_ERROR(FinishOn(d, recv, st, &tmp).WithContext(what));
+    STRATA_RETURN_IF_ERROR(watchdog_->Watch(d, st).WithContext(what));
+    STRATA_RETURN_IF_ERROR(stream.LaunchHostFunc(
+        [failure = watchdog_->failure()]() -> Status { return failure->Get(); }));
+    if (done != nullptr) STRATA_RETURN_IF_ERROR(done->Record(stream));
     return Status::Ok();
   }
 
@@ -275,6 +448,7 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
                 Event* done) override {
     STRATA_RETURN_IF_ERROR(
         ValidateCollective("nccl", d, {send, recv}, rank_, world_, stream, done));
+    if (watchdog_ != nullptr) return SubmitDirect(d, send, recv, stream, done);
     auto op = std::make_shared<NcclOp>(d, &s_, rank_, world_, options_.check_sizes);
     op->send = send;
     op->recv = recv;
@@ -298,6 +472,10 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
   MPI_Comm probe_comm_ = MPI_COMM_NULL;
   std::unique_ptr<PeerProbe> probe_;
   std::unique_ptr<CollectiveQueue> queue_;
+  // Note [Direct collectives] (size check off).
+  std::mutex direct_mu_;  // call order = issue order; guards s_.nccl against the abort
+  uint64_t direct_seq_ = 0;
+  std::unique_ptr<DirectWatchdog> watchdog_;
 };
 
 }  // namespace

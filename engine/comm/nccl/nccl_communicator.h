@@ -3,13 +3,13 @@
 // finds NCCL; compiled, not run, on machines without a GPU. Internal: reached through
 // CreateCommunicator (registry.h), the only caller, under `#if STRATA_WITH_NCCL`.
 //
-// Note [NCCL on a Device stream]: the Device interface does not expose its cudaStream_t, so a
-// collective runs on the communicator's own CUDA stream: the caller's stream reaches a host task
-// (all earlier work on it is then complete), the progress thread enqueues the NCCL call on the
-// internal stream and polls its event, and the host task returns when it completes. Ordering and
-// error semantics are those of Note [Collective semantics]; the cost is that the caller's stream
-// waits on the host for each collective. A Device hook returning the native stream would let the
-// NCCL call go on the caller's stream directly.
+// Where collectives run: with strata.comm_check_sizes off (the release default) each one is
+// enqueued directly on the caller's cudaStream_t (CudaNativeStreamOf), with no host wait, and a
+// watchdog turns a hung collective into an Aborted stream error (Note [Direct collectives] in
+// nccl_communicator.cc). With the size check on, the ranks first agree on the call over MPI, so
+// the caller's stream reaches a host task, the progress thread issues the NCCL call on the
+// communicator's own stream and the host task returns when it completes (one host wait per
+// collective). Ordering and error semantics are those of Note [Collective semantics] either way.
 #pragma once
 
 #include <memory>

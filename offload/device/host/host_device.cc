@@ -50,8 +50,9 @@ class HostDevice final : public Device {
         d2h_(options.link_bandwidth_gbps),
         d2d_(options.device_bandwidth_gbps) {
     name_ = "host (emulated, " + FormatBytes(options.memory_bytes) + ", link " +
-            (h2d_.throttled() ? FormatGbps(options.link_bandwidth_gbps) : "unthrottled") + ")";
-    caps_.host_accessible_memory = true;
+            (h2d_.throttled() ? FormatGbps(options.link_bandwidth_gbps) : "unthrottled") +
+            (options.opaque_memory ? ", opaque memory)" : ")");
+    caps_.host_accessible_memory = !options.opaque_memory;
     caps_.throttled_link = h2d_.throttled();
   }
 

@@ -29,6 +29,10 @@ struct HostDeviceOptions {
   bool lock_memory = false;
   // Ops a stream can hold before an enqueue blocks.
   size_t queue_depth = 1024;
+  // Advertise the memory as not host-addressable (caps().host_accessible_memory = false), so the
+  // code paths written for a real GPU (device kernels instead of host loops on device memory) run
+  // on this emulation and are tested here. The memory is still host RAM.
+  bool opaque_memory = false;
 };
 
 // InvalidArgument for a zero size or negative bandwidth; OutOfMemory (cpu) if the arena cannot be
