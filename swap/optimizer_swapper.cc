@@ -258,7 +258,9 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
       tensors.grads = grad_buffers_[static_cast<size_t>(i % nb)].data();
       tensors.grad_dtype = DType::kFloat32;
     }
-    tensors.param_copy = sio.param_copy;
+    // An fp32 copy-out is a plain copy after the update (the kernel fuses fp16/bf16 only).
+    const bool fp32_copy = sio.param_copy != nullptr && sio.param_copy_dtype == DType::kFloat32;
+    tensors.param_copy = fp32_copy ? nullptr : sio.param_copy;
     tensors.param_copy_dtype = sio.param_copy_dtype;
     auto hp = optimizer_->hyperparams(g.group);
     if (!hp.ok()) {
@@ -277,6 +279,7 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
       error = u.WithContext("update sub-group " + std::to_string(i));
       break;
     }
+    if (fp32_copy) std::memcpy(sio.param_copy, b, g.numel * sizeof(float));
     s.write = space_->Write(g.swap_id, b);
     s.writing = true;
     last_.bytes_written += 3 * part;

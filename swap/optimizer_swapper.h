@@ -53,7 +53,9 @@ struct SubGroupIo {
   // (swap_grads).
   const void* grads = nullptr;
   DType grad_dtype = DType::kFloat32;
-  void* param_copy = nullptr;  // optional: receives the updated params in param_copy_dtype
+  // Optional: receives the updated params in param_copy_dtype (fp16/bf16 fused into the
+  // update; fp32 a copy after it).
+  void* param_copy = nullptr;
   DType param_copy_dtype = DType::kBFloat16;
 };
 

@@ -1,0 +1,173 @@
+// NvmeOptimizerState: `offload_optimizer.device = nvme` — ZeRO-Infinity's optimizer placement, the
+// NVMe counterpart of OptimizerState (engine/optimizer_state.h). The fp32 master weights and the
+// Adam moments of one rank's flat partition live on NVMe, one swap extent per sub-group
+// (`sub_group_size`), and are stepped through the pipelined OptimizerSwapper (swap/): read(i+1) ||
+// CPU Adam(i) || write(i-1) with `pipeline_read` / `pipeline_write` and `buffer_count` pinned
+// buffers. The fp32 gradient partition stays in pinned CPU memory (PinnedPool, charged to the
+// TierBudget), where the engine accumulates it, as ZeRO-Infinity keeps it.
+//
+// Same names as OptimizerState where the meaning is the same (grad(), GradSquaredNorm,
+// GradHasNonFinite, ZeroGrad), and the same bits: a step here gives exactly the master, moments
+// and compute-dtype copy-out that OptimizerState on Tier::kCpu gives (tests/engine/nvme).
+// Differences: the step is whole (Step over all sub-groups, so the swapper can pipeline), and the
+// master/moments are not addressable: WriteState / ReadState stream them per sub-group (for
+// initialisation, GatherMasterParameter and checkpoints) through one sub-group-sized stage, so
+// the state is never copied whole into RAM.
+//
+// Errors from the swap path name the swap file and offset (EIO, short reads, ENOSPC: from aio/;
+// a corrupted block: DataLoss by its checksum, from swap/), with the sub-group added here.
+//
+// Thread safety: one thread drives it (the engine's); Step runs Adam on the oneTBB workers while
+// the AioHandle's threads do the I/O.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "aio/aio_handle.h"
+#include "aio/aio_options.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "cpu_adam/cpu_optimizer.h"
+#include "engine/config/config.h"
+#include "engine/partition.h"
+#include "engine/step_breakdown.h"
+#include "offload/device/device.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_budget.h"
+#include "swap/optimizer_swapper.h"
+
+namespace strata {
+
+class Tracer;
+
+struct NvmeOptimizerStateOptions {
+  OptimizerKind kind = OptimizerKind::kAdam;  // Adam/AdamW only (the swapper's limit)
+  Hyperparams hyperparams;
+  // Absolute (or working-directory-relative) existing directories; several stripe.
+  std::vector<std::string> nvme_paths;
+  bool pin_memory = true;  // swap buffers and the gradient partition
+  size_t buffer_count = 4;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool checksums = true;  // strata.swap_checksums
+  bool reuse_stale = false;
+  int rank = 0;
+  int num_threads = 0;  // CpuOptimizerOptions::num_threads
+  // The AioHandle made when Create is given none (the `aio` section).
+  AioOptions aio;
+};
+
+// The options from a resolved config: offload_optimizer's nvme_path (a relative path is taken
+// from the working directory and created if missing; a list stripes), pin_memory, buffer_count,
+// pipeline_read/_write, the `aio` section and strata.swap_checksums. kind and hyperparams are
+// the caller's (the engine maps the `optimizer` section). InvalidArgument naming
+// zero_optimization.offload_optimizer.nvme_path when it is missing or cannot be made.
+Result<NvmeOptimizerStateOptions> NvmeOptimizerStateOptionsFromConfig(const Config& config,
+                                                                      int rank);
+
+class NvmeOptimizerState {
+ public:
+  // Reserves the swap space of every sub-group (a full disk fails here) and allocates the pinned
+  // gradient partition (zeroed). `sub_groups` are layout.SubGroups(sub_group_size): in order,
+  // covering [0, partition_numel). The master and moments start as zeros. `aio` (optional, must
+  // outlive this) is shared with other swappers; null makes one from options.aio. `device` (for
+  // DMA registration) and `budget` (kCpu: buffers and gradients, kNvme: swap) may be null.
+  static Result<std::unique_ptr<NvmeOptimizerState>> Create(
+      const PartitionLayout& layout, const std::vector<SubGroup>& sub_groups,
+      const NvmeOptimizerStateOptions& options, Device* device, TierBudget* budget,
+      AioHandle* aio = nullptr);
+  ~NvmeOptimizerState();
+
+  size_t numel() const { return numel_; }
+  int num_sub_groups() const { return static_cast<int>(groups_.size()); }
+  const SubGroup& sub_group(int i) const { return groups_[static_cast<size_t>(i)]; }
+  // The fp32 gradient partition (pinned host memory, numel() floats).
+  float* grad() const { return grad_; }
+  // State bytes on NVMe (master + moments, 12 B per element, before alignment) and pinned CPU
+  // bytes (swap buffers once made, the gradient partition).
+  uint64_t nvme_bytes() const { return 3 * uint64_t{numel_} * sizeof(float); }
+  uint64_t cpu_bytes() const;
+
+  // As OptimizerState's (same order of summation, so the same bits).
+  double GradSquaredNorm(size_t begin, size_t end) const;
+  bool GradHasNonFinite(size_t begin, size_t end) const;
+  void ZeroGrad() const;
+
+  // One optimizer update of every sub-group at step number `step` (>= 1) with `hp`, the
+  // gradients multiplied by grad_scale first. If param_copy is set (a partition-sized
+  // host-addressable array), the updated weights are written to it as copy_dtype (fp16/bf16
+  // fused into the update; fp32 a copy). Pipelined per the options. On error the step stops
+  // naming the sub-group and the swap file/offset; sub-groups already written hold the new state.
+  Status Step(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
+              DType copy_dtype);
+
+  // Writes elements [flat_begin, flat_begin + master.size()) of the master weights and, when
+  // given (same length), of the moments (else those keep their values: zeros at first). The
+  // range may cross sub-groups. Staged per sub-group: a sub-group goes to NVMe when a write or
+  // read moves to another one, or at Flush / Step.
+  Status WriteState(size_t flat_begin, std::span<const float> master,
+                    std::span<const float> exp_avg = {}, std::span<const float> exp_avg_sq = {});
+  Status WriteMaster(size_t flat_begin, std::span<const float> master) {
+    return WriteState(flat_begin, master);
+  }
+  // Reads [flat_begin, flat_begin + numel) into the non-null outputs, one sub-group at a time
+  // (the last sub-group read is kept, so per-parameter reads in order read each sub-group once).
+  Status ReadState(size_t flat_begin, size_t numel, float* master, float* exp_avg,
+                   float* exp_avg_sq);
+  // One whole sub-group (sub_group(i).flat_end - flat_begin elements each): checkpoints.
+  Status ReadSubGroup(int i, float* master, float* exp_avg, float* exp_avg_sq);
+  // Writes the staged sub-group, if any, and frees the stage.
+  Status Flush();
+
+  // The last Step's swapper figures (read wait, update, bytes) and this step's breakdown parts.
+  const OptimizerStepStats& last_step() const { return swapper_->last_step(); }
+  // Adds the last Step's parts to `b`: io_wait_ms (read + write waits), cpu_adam_ms, NVMe bytes
+  // read and written. step_ms is the engine's (it spans the norm and write-back too).
+  void AddTo(StepBreakdown* b) const;
+  // Optional: Step records a span "optimizer step (nvme)" (args: read wait, update, bytes) and
+  // one "sub-group" span per sub-group (from just before its update to just before the next
+  // one's: update, checksum + write submit, and the wait for the next read). Must outlive this.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  // Benchmarks and tests switch the schedule between steps.
+  void set_pipelining(bool read, bool write) { swapper_->set_pipelining(read, write); }
+
+ private:
+  NvmeOptimizerState(const NvmeOptimizerStateOptions& options, CpuOptimizer optimizer)
+      : options_(options), optimizer_(std::move(optimizer)) {}
+  // Index of the sub-group holding flat element `e` (numel() for the end).
+  int SubGroupOf(size_t e) const;
+  // Makes sub-group i the staged one (writing the previous if dirty); with need_contents its
+  // values are read (zeros if never written), else the caller overwrites all of them.
+  Status Stage(int i, bool need_contents);
+  // Writes the staged sub-group if dirty (keeps the stage).
+  Status WriteStage();
+  // Writes zeros to every sub-group never written (before a step or a read of it).
+  Status WriteUnwritten();
+
+  NvmeOptimizerStateOptions options_;
+  CpuOptimizer optimizer_;
+  std::unique_ptr<AioHandle> own_aio_;
+  std::unique_ptr<OptimizerSwapper> swapper_;
+  std::vector<SubGroup> groups_;
+  std::vector<int> swap_index_;     // sub-group -> swapper sub-group (-1: empty)
+  std::vector<int> swap_to_group_;  // swapper sub-group -> sub-group
+  std::vector<bool> written_;       // on NVMe at least once
+  size_t numel_ = 0;
+  TierBudget* budget_ = nullptr;
+  std::unique_ptr<PinnedPool> grad_pool_;
+  PinnedBuffer grad_slab_;
+  float* grad_ = nullptr;
+  // The stage: one sub-group's master | exp_avg | exp_avg_sq (3 x its numel floats).
+  std::vector<float> stage_;
+  int staged_ = -1;
+  bool stage_dirty_ = false;
+  uint64_t stage_budget_bytes_ = 0;
+  Tracer* tracer_ = nullptr;
+};
+
+}  // namespace strata
