@@ -1,0 +1,219 @@
+// Engine::SaveCheckpoint / LoadCheckpoint: this rank's partition to and from the files of
+// engine/checkpoint.h, the ranks agreeing at each phase so that all succeed or all fail.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+
+namespace strata {
+
+namespace {
+
+std::string DTypeText(DType d) {
+  return d == DType::kBFloat16 ? "bf16" : d == DType::kFloat16 ? "fp16" : "fp32";
+}
+
+std::string OptimizerText(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+      return "adam";
+    case OptimizerType::kAdagrad:
+      return "adagrad";
+    case OptimizerType::kLion:
+      return "lion";
+  }
+  return "?";
+}
+
+// Every rank learns whether any rank failed (a max all-reduce of one flag, which is also a
+// barrier). Returns this rank's own error, or Aborted if only another rank failed.
+Status Agree(Communicator& comm, const Stream& stream, float* device_flag, const Status& local,
+             const std::string& phase) {
+  if (comm.world_size() == 1) return local;
+  float flag = local.ok() ? 0.0f : 1.0f;
+  STRATA_RETURN_IF_ERROR(
+      stream.CopyAsync(device_flag, &flag, sizeof(float), CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(
+      comm.AllReduce(stream, device_flag, device_flag, 1, DType::kFloat32, ReduceOp::kMax, nullptr)
+          .WithContext("checkpoint: " + phase));
+  STRATA_RETURN_IF_ERROR(
+      stream.CopyAsync(&flag, device_flag, sizeof(float), CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(stream.Synchronize());
+  if (!local.ok()) return local;
+  if (flag != 0.0f) return AbortedError("checkpoint: another rank failed while " + phase);
+  return Status::Ok();
+}
+
+// The alignment the layout was made with (engine.cc's): the largest power of two up to 4096
+// that divides every slot's offset and the partition's length, confirmed by rebuilding the
+// layout with it, so the manifest lets a reader recompute every rank's layout exactly.
+uint64_t AlignNumelOf(const PartitionLayout& layout) {
+  std::vector<size_t> numels;
+  for (const ShardSlice& s : layout.slices()) numels.push_back(s.numel);
+  for (size_t align = 4096; align > 1; align /= 2) {
+    Result<PartitionLayout> l =
+        PartitionLayout::Create(numels, layout.world(), layout.rank(), align);
+    if (!l.ok() || l->partition_numel() != layout.partition_numel()) continue;
+    bool same = true;
+    for (size_t i = 0; same && i < numels.size(); ++i) {
+      same = l->slices()[i].flat_offset == layout.slices()[i].flat_offset;
+    }
+    if (same) return align;
+  }
+  return 1;
+}
+
+}  // namespace
+
+Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
+                              const std::string& client_state_json) {
+  Impl& im = *impl_;
+  const int64_t gas = std::max<int64_t>(1, config_.batch.gradient_accumulation_steps);
+  if (stats_.micro_steps % gas != 0) {
+    return FailedPreconditionError("checkpoint: save between the micro-steps of an accumulation (" +
+                                   std::to_string(stats_.micro_steps % gas) + " of " +
+                                   std::to_string(gas) +
+                                   " done); save after Step() at a gradient-accumulation boundary");
+  }
+  const std::string tag = tag_in.empty() ? DefaultCheckpointTag(stats_.global_steps) : tag_in;
+  STRATA_RETURN_IF_ERROR(ValidateCheckpointTag(tag));
+  nlohmann::json client = nlohmann::json::parse(client_state_json, nullptr, false);
+  if (client.is_discarded() || !client.is_object()) {
+    return InvalidArgumentError("checkpoint: client_state must be a JSON object, got '" +
+                                client_state_json.substr(0, 80) + "'");
+  }
+  if (im.scalar == nullptr) {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
+  }
+  STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  float* flag = static_cast<float*>(im.scalar);
+  const int rank = comm_.rank();
+
+  // 1. Rank 0 makes an empty <tag>.partial.
+  Status local;
+  if (rank == 0) local = BeginCheckpoint(dir, tag).status();
+  STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "preparing " + tag));
+
+  // 2. Shards (one per partition: stage 0 has one, written by rank 0) and the manifest.
+  const std::string partial = (std::filesystem::path(dir) / (tag + ".partial")).string();
+  if (rank < im.part_world) {
+    const size_t n = layout_.partition_numel();
+    local = WriteCheckpointShard(
+        partial, tag, rank, {{opt_->master(), n}, {opt_->exp_avg(), n}, {opt_->exp_avg_sq(), n}});
+    CheckpointCrashPoint("shard_written");
+  }
+  if (rank == 0 && local.ok()) {
+    CheckpointManifest m;
+    m.tag = tag;
+    m.world_size = comm_.world_size();
+    m.partition_world = im.part_world;
+    m.zero_stage = static_cast<int>(config_.zero.stage);
+    m.dtype = DTypeText(compute_dtype_);
+    m.align_numel = AlignNumelOf(layout_);
+    for (const nn::Parameter* p : params_) {
+      std::vector<int64_t> shape;
+      for (int d = 0; d < p->shape().ndim(); ++d) shape.push_back(p->shape()[d]);
+      m.params.push_back({p->name(), shape, static_cast<uint64_t>(p->numel())});
+    }
+    m.loss_scaler = scaler_.state();
+    m.micro_steps = stats_.micro_steps;
+    m.global_steps = stats_.global_steps;
+    m.skipped_steps = stats_.skipped_steps;
+    m.last_lr = stats_.last_lr;
+    m.last_grad_norm = stats_.last_grad_norm;
+    m.optimizer = OptimizerText(config_.optimizer.type);
+    const Hyperparams& h = im.hyperparams;
+    m.hyperparams = {{"lr", h.lr},
+                     {"beta1", h.beta1},
+                     {"beta2", h.beta2},
+                     {"eps", h.eps},
+                     {"weight_decay", h.weight_decay},
+                     {"adam_w_mode", h.adam_w_mode},
+                     {"bias_correction", h.bias_correction}};
+    m.client_state = std::move(client);
+    local = WriteFileDurably((std::filesystem::path(partial) / kCheckpointManifestFile).string(),
+                             ManifestToJson(m).dump(1));
+    CheckpointCrashPoint("manifest_written");
+  }
+  STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "writing " + tag));
+
+  // 3. Rank 0 publishes it: rename, then `latest`.
+  if (rank == 0) local = CommitCheckpoint(dir, tag);
+  return Agree(comm_, im.compute, flag, local, "committing " + tag);
+}
+
+Result<std::string> Engine::LoadCheckpoint(const std::string& dir, const std::string& tag) {
+  Impl& im = *impl_;
+  if (im.scalar == nullptr) {
+    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
+  }
+  STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  float* flag = static_cast<float*>(im.scalar);
+
+  // 1. Open, check the model, verify every file this rank will read; nothing changes yet.
+  Result<CheckpointReader> reader = CheckpointReader::Open(dir, tag);
+  Status local = reader.status();
+  if (local.ok()) {
+    const CheckpointManifest& m = reader->manifest();
+    const std::string where = reader->tag_dir();
+    if (m.params.size() != params_.size()) {
+      local = InvalidArgumentError(
+          "checkpoint " + where + " holds " + std::to_string(m.params.size()) +
+          " parameters; this model has " + std::to_string(params_.size()) + " (a different model)");
+    }
+    for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
+      const CheckpointParam& cp = m.params[i];
+      if (cp.name != params_[i]->name() || cp.numel != static_cast<uint64_t>(params_[i]->numel())) {
+        local = InvalidArgumentError(
+            "checkpoint " + where + ": parameter " + std::to_string(i) + " is " + cp.name + " (" +
+            std::to_string(cp.numel) + " elements); this model's is " + params_[i]->name() + " (" +
+            std::to_string(params_[i]->numel()) + " elements): a different model");
+      }
+    }
+    if (local.ok() && m.optimizer != OptimizerText(config_.optimizer.type)) {
+      local = InvalidArgumentError("checkpoint " + where + " holds " + m.optimizer +
+                                   " optimizer state; optimizer.type is " +
+                                   std::string(OptimizerTypeName(config_.optimizer.type)));
+    }
+    for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
+      const ShardSlice& s = layout_.slices()[i];
+      local = reader->VerifyRange(i, s.param_offset, s.valid_numel);
+    }
+  }
+  STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "opening checkpoint in " + dir));
+
+  // 2. This rank's slices of every parameter, from whichever old shards hold them; padding
+  // stays zero.
+  const size_t n = layout_.partition_numel();
+  float* arrays[3] = {opt_->master(), opt_->exp_avg(), opt_->exp_avg_sq()};
+  for (float* a : arrays) std::fill(a, a + n, 0.0f);
+  for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
+    const ShardSlice& s = layout_.slices()[i];
+    for (int a = 0; local.ok() && a < 3; ++a) {
+      local = reader->Read(i, static_cast<CheckpointArray>(a), s.param_offset,
+                           {arrays[a] + s.flat_offset, s.valid_numel});
+    }
+  }
+  STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "reading checkpoint in " + dir));
+
+  // 3. Counters and the scaler (the LR schedule is a function of the applied steps).
+  const CheckpointManifest& m = reader->manifest();
+  stats_.micro_steps = m.micro_steps;
+  stats_.global_steps = m.global_steps;
+  stats_.skipped_steps = m.skipped_steps;
+  stats_.last_lr = m.last_lr;
+  stats_.last_grad_norm = m.last_grad_norm;
+  if (config_.fp16.enabled && m.dtype == "fp16") scaler_.set_state(m.loss_scaler);
+  stats_.loss_scale = scaler_.scale();
+  STRATA_RETURN_IF_ERROR(ZeroGradients());
+  STRATA_RETURN_IF_ERROR(SyncParametersFromMaster());
+  return m.client_state.dump();
+}
+
+}  // namespace strata
