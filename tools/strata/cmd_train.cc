@@ -27,6 +27,8 @@
 #include "models/llama/llama_model.h"
 #include "offload/device/registry.h"
 #include "offload/tier_budget.h"
+#include "tools/strata/cmd_train_checkpoint.h"
+#include "tools/strata/cmd_train_memory.h"
 #include "tools/strata/cmd_train_setup.h"
 #include "tools/strata/subcommand.h"
 
@@ -35,7 +37,8 @@ namespace {
 
 constexpr const char* kUsage =
     "strata train --config CFG (--model HF_DIR | --init PRESET) [--data FILE] [--seq-len N]\n"
-    "             [--steps N] [--seed S] [--json]\n"
+    "             [--steps N] [--seed S] [--json] [--save DIR [--save-interval N]]\n"
+    "             [--load DIR|auto] [--export DIR]\n"
     "  Trains a Llama under a DeepSpeed config (world 1, or the ranks of strata launch/mpirun).\n"
     "  Without --data: the text the project ships, byte-level.";
 
@@ -69,6 +72,7 @@ struct Options {
   std::string config, model, init, data;
   int64_t seq_len = 64, steps = 10, seed = 1234;
   bool json = false;
+  CheckpointFlags ckpt;  // --save, --save-interval, --load, --export
 };
 
 // Everything a run holds, in destruction order (engine before model before device).
@@ -76,13 +80,18 @@ struct Run {
   int rank = 0, world = 1;
   Config config;
   llama::LlamaConfig model_config;
-  TierBudget budget;  // the engine's CPU-tier accounting (current and peak)
+  TierBudget budget;        // the engine's CPU-tier accounting (current and peak)
+  MemoryBaseline mem_base;  // process memory before the run (cmd_train_memory.h)
+  MemoryPlan plan;          // the per-tier memory plan of this rank
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<llama::LlamaForCausalLM> model;
   std::unique_ptr<Engine> engine;
   std::optional<data::TokenFile> tokens;
   std::optional<data::SequenceSampler> sampler;
+  TrainIdentity id;    // for the checkpoint calls
+  TrainResume resume;  // where training starts (--load) and the last step saved
+  int64_t micro_done = 0;
 };
 
 // Builds the run; on failure sets *exit_code (2 for invalid input, 1 otherwise).
@@ -129,8 +138,12 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   dev.host.memory_bytes = c.strata.device_memory_bytes;
   dev.host.link_bandwidth_gbps = c.strata.link_gbps;
   dev.host.populate_memory = false;
+  // strata.device = cuda runs on the GPU (Unavailable without one); auto stays on the emulated
+  // device until the engine reads its optimizer state through OptimizerState::Read/Write.
+  if (c.strata.device == DeviceChoice::kCuda) dev.kind = DeviceKind::kCuda;
   STRATA_ASSIGN_OR_RETURN(r->device, CreateDevice(dev));
   CommOptions co;
+  co.device_kind = dev.kind;
   co.backend = c.strata.comm_backend;
   co.timeout_s = c.strata.comm_timeout_s;
   co.log_choice = env.launched();
@@ -151,6 +164,8 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   } else {
     STRATA_ASSIGN_OR_RETURN(init.init_param, CheckpointInit(o.model));
   }
+  STRATA_ASSIGN_OR_RETURN(r->plan, PlanTrainRun(r->model_config, c, r->world, r->rank, o.seq_len));
+  STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan, *r->device, r->budget));
   STRATA_ASSIGN_OR_RETURN(r->engine,
                           Engine::Initialize(*r->model, r->config, *r->comm, *r->device, init));
   return Status::Ok();
@@ -187,9 +202,9 @@ Status Train(const Options& o, Run& r, Totals* t) {
   const int64_t gas = r.config.batch.gradient_accumulation_steps;
   std::vector<int32_t> ids(static_cast<size_t>(mb * o.seq_len));
   std::vector<int32_t> labels(ids.size());
-  int64_t micro = 0;
+  int64_t micro = r.resume.micro;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  for (int64_t step = r.resume.step + 1; step <= o.steps; ++step) {
     double sum = 0;
     for (int64_t m = 0; m < gas; ++m, ++micro) {
       r.sampler->set_position(SampleIndex(micro, r.rank, r.world, mb));
@@ -204,6 +219,8 @@ Status Train(const Options& o, Run& r, Totals* t) {
       STRATA_RETURN_IF_ERROR(r.engine->Step());
     }
     t->losses.push_back(sum / static_cast<double>(gas));
+    r.micro_done = micro;
+    STRATA_RETURN_IF_ERROR(AfterStepCheckpoint(o.ckpt, r.id, step, micro, *r.engine, &r.resume));
     t->tokens += mb * gas * o.seq_len * r.world;
     t->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (print) {
@@ -227,6 +244,7 @@ int RunTrain(const std::vector<std::string>& args) {
   flags.Int("steps", &o.steps, "optimizer steps", 1);
   flags.Int("seed", &o.seed, "seed of the random init and of the data order", 0);
   flags.Bool("json", &o.json, "print one JSON object with the losses and figures");
+  RegisterCheckpointFlags(flags, &o.ckpt);
   std::vector<std::string> positional;
   if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
   if (flags.help_requested()) {
@@ -238,15 +256,28 @@ int RunTrain(const std::vector<std::string>& args) {
   if (o.model.empty() == o.init.empty()) {
     return Fail(2, "give exactly one of --model HF_DIR or --init PRESET (tiny, small, 1b, 7b)");
   }
+  if (Status s = ValidateCheckpointFlags(o.ckpt); !s.ok()) return Fail(2, s.message());
 
   Run r;
+  r.mem_base = MemoryBaseline::Take();
   int code = 1;
   if (Status s = Setup(o, &r, &code); !s.ok()) return Fail(code, s.message());
+  r.id.rank = r.rank;
+  r.id.world = r.world;
+  r.id.micro_batch = r.config.batch.micro_batch_per_gpu;
+  r.id.gas = r.config.batch.gradient_accumulation_steps;
+  r.id.seed = static_cast<uint64_t>(o.seed);
+  r.id.print = r.rank == 0 && !o.json;
+  if (Status s = StartCheckpoints(o.ckpt, r.model_config, r.id, *r.engine, &r.resume); !s.ok()) {
+    const bool input = s.code() == StatusCode::kInvalidArgument ||
+                       s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss;
+    return Fail(input ? 2 : 1, s.message());
+  }
+  r.micro_done = r.resume.micro;
   const Config& c = r.config;
   const std::string dtype = DTypeText(r.engine->compute_dtype());
   const std::string offload(OffloadDeviceName(c.zero.offload_optimizer.device));
   if (r.rank == 0 && !o.json) {
-    const DeviceMemoryStats d = r.device->MemoryStats();
     std::printf(
         "train: %s %lld params, ZeRO-%lld offload_optimizer %s %s, world %d, micro batch %lld x "
         "gas %lld x seq %lld\n",
@@ -256,13 +287,22 @@ int RunTrain(const std::vector<std::string>& args) {
         static_cast<long long>(c.batch.micro_batch_per_gpu),
         static_cast<long long>(c.batch.gradient_accumulation_steps),
         static_cast<long long>(o.seq_len));
-    std::printf("memory: device %s of %s, cpu %s\n", Mib(d.in_use_bytes).c_str(),
-                Mib(d.capacity_bytes).c_str(),
-                Mib(r.budget.Stats(Tier::kCpu).current_bytes).c_str());
+    std::printf("%s", TrainMemoryStartText(r.plan, RunCapacities(*r.device, r.budget)).c_str());
     std::fflush(stdout);
   }
   Totals t;
   if (Status s = Train(o, r, &t); !s.ok()) return Fail(t.data_error ? 2 : 1, s.message());
+  if (Status s = FinishCheckpoints(o.ckpt, r.id, std::max(o.steps, r.resume.step), r.micro_done,
+                                   *r.engine, &r.resume);
+      !s.ok()) {
+    return Fail(1, s.message());
+  }
+  if (t.losses.empty()) {  // resumed at or past --steps
+    const long long at = static_cast<long long>(r.resume.step);
+    if (r.rank == 0 && !o.json) std::printf("done: nothing to train (already at step %lld)\n", at);
+    if (r.rank == 0 && o.json) std::printf("{\"losses\": [], \"steps\": %lld}\n", at);
+    return 0;
+  }
   if (r.rank != 0) return 0;
   const EngineStats& s = r.engine->stats();
   const uint64_t peak_device = r.device->MemoryStats().peak_bytes;
@@ -274,7 +314,7 @@ int RunTrain(const std::vector<std::string>& args) {
     j["tokens_per_s"] = tok_s;
     j["steps"] = s.global_steps;
     j["skipped_steps"] = s.skipped_steps;
-    j["peak_bytes"] = {{"device", peak_device}, {"cpu", t.peak_cpu}};
+    AddMemoryJson(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base), &j);
     j["config"] = {{"stage", c.zero.stage}, {"offload_optimizer", offload}, {"dtype", dtype}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -285,6 +325,8 @@ int RunTrain(const std::vector<std::string>& args) {
       static_cast<long long>(s.global_steps), static_cast<long long>(s.skipped_steps),
       t.losses.front(), t.losses.back(), tok_s, t.seconds, Mib(peak_device).c_str(),
       Mib(t.peak_cpu).c_str());
+  std::printf("%s",
+              TrainMemoryEndText(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base)).c_str());
   return 0;
 }
 

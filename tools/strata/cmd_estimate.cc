@@ -1,0 +1,407 @@
+// `strata estimate`: will a model fit, and with which config? Per-rank bytes on each tier
+// (device, pinned CPU, pageable CPU, NVMe) for ZeRO stages 0-3 x offload none/cpu/nvme, from the
+// engine's own memory plan (engine/memory_plan.h), checked against the machine (by default this
+// one), with each placement's step traffic; --emit-config prints the fitting config with the
+// least traffic as a DeepSpeed JSON. docs/estimate.md has the formulas.
+// Exit 0 ok, 1 --emit-config found nothing that fits, 2 bad usage or invalid input.
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/flags.h"
+#include "core/units.h"
+#include "engine/config/config.h"
+#include "engine/memory_plan.h"
+#include "models/llama/llama_config.h"
+#include "tools/strata/cmd_train_memory.h"
+#include "tools/strata/subcommand.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "strata estimate (--preset NAME | --model HF_DIR | --params N) [--world N] [--nodes N]\n"
+    "                [--dtype fp32|fp16|bf16] [--config CFG] [--micro-batch N] [--seq-len N]\n"
+    "                [--checkpointing] [--gpu-mem B] [--cpu-mem B] [--nvme B] [--nvme-path DIR]\n"
+    "                [--emit-config] [--json]\n"
+    "  Per-rank memory per tier for ZeRO stages 0-3 x offload none/cpu/nvme (or one --config),\n"
+    "  fits / does not fit on the machine (default: this one), and the step's traffic.";
+
+int Fail(int code, const std::string& what) {
+  std::string line = what;
+  for (char& c : line) c = c == '\n' ? ' ' : c;
+  std::fprintf(stderr, "strata estimate: %s\n", line.c_str());
+  return code;
+}
+
+struct Options {
+  std::string preset, model, config, dtype = "bf16", nvme_path;
+  int64_t params = 0, largest_layer = 0, world = 1, nodes = 1, micro_batch = 1, seq_len = 0;
+  bool checkpointing = false, emit_config = false, json = false;
+  uint64_t gpu_mem = 0, cpu_mem = 0, nvme = 0;
+};
+
+struct Machine {
+  uint64_t gpu = 0, cpu = 0, nvme = 0;
+  std::string gpu_from, cpu_from, nvme_from;
+};
+
+uint64_t MemTotalBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    f.ignore(256, '\n');
+  }
+  return 0;
+}
+
+Machine ProbeMachine(const Options& o, const FlagParser& flags) {
+  Machine m;
+  if (flags.WasSet("gpu-mem")) {
+    m.gpu = o.gpu_mem, m.gpu_from = "--gpu-mem";
+  } else {
+    m.gpu = StrataConfig{}.device_memory_bytes;
+    m.gpu_from = "the host-emulated device's default (strata.device_memory); no GPU assumed";
+  }
+  if (flags.WasSet("cpu-mem")) {
+    m.cpu = o.cpu_mem, m.cpu_from = "--cpu-mem";
+  } else {
+    m.cpu = MemTotalBytes(), m.cpu_from = "MemTotal of this machine";
+  }
+  if (flags.WasSet("nvme")) {
+    m.nvme = o.nvme, m.nvme_from = "--nvme";
+  } else {
+    std::string dir = o.nvme_path;
+    if (dir.empty()) {
+      char cwd[4096];
+      dir = getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : ".";
+    }
+    struct statvfs vfs {};
+    if (statvfs(dir.c_str(), &vfs) == 0) m.nvme = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    m.nvme_from = "free space at " + dir;
+  }
+  return m;
+}
+
+// The model as the planner sees it.
+Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len) {
+  if (o.params > 0) {
+    const uint64_t n = static_cast<uint64_t>(o.params);
+    const uint64_t layer = o.largest_layer > 0 ? static_cast<uint64_t>(o.largest_layer)
+                                               : std::max<uint64_t>(1, n / 64);
+    std::vector<uint64_t> numels;
+    for (uint64_t left = n; left > 0; left -= std::min(left, layer)) {
+      numels.push_back(std::min(left, layer));
+    }
+    *seq_len = o.seq_len > 0 ? o.seq_len : 2048;
+    ModelShape s = ShapeFromNumels(std::move(numels), std::to_string(n) + " params");
+    s.activation_note = "not counted (--params gives no model shape)";
+    return s;
+  }
+  llama::LlamaConfig c;
+  if (!o.preset.empty()) {
+    STRATA_ASSIGN_OR_RETURN(c, llama::LlamaPreset(o.preset));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(c, llama::ReadLlamaConfig(o.model));
+  }
+  *hidden = c.hidden_size;
+  *seq_len = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(2048, c.max_position_embeddings);
+  if (*seq_len > c.max_position_embeddings) {
+    return InvalidArgumentError("--seq-len " + std::to_string(*seq_len) +
+                                " exceeds the model's max_position_embeddings " +
+                                std::to_string(c.max_position_embeddings));
+  }
+  return LlamaModelShape(c, o.micro_batch, *seq_len, false, o.preset.empty() ? o.model : o.preset);
+}
+
+struct Candidate {
+  int stage = 0;
+  std::string offload;  // none, cpu, nvme
+  std::string disallowed;
+  std::string config_json;  // what --emit-config prints
+  MemoryPlan plan;
+  uint64_t cpu_per_node = 0, nvme_per_node = 0;
+  std::optional<std::string> misfit;  // the tier that does not fit
+};
+
+std::string ConfigJson(const Options& o, int stage, const std::string& offload,
+                       const std::string& nvme_path) {
+  nlohmann::ordered_json j;
+  j["train_micro_batch_size_per_gpu"] = o.micro_batch;
+  j["gradient_accumulation_steps"] = 1;
+  j["gradient_clipping"] = 1.0;
+  if (o.dtype == "bf16") j["bf16"] = {{"enabled", true}};
+  if (o.dtype == "fp16") j["fp16"] = {{"enabled", true}};
+  j["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"weight_decay", 0.0}}}};
+  nlohmann::ordered_json z;
+  z["stage"] = stage;
+  if (offload != "none") {
+    nlohmann::ordered_json off = {{"device", offload}, {"pin_memory", true}};
+    if (offload == "nvme") off["nvme_path"] = nvme_path;
+    z["offload_optimizer"] = off;
+    if (stage == 3) z["offload_param"] = off;
+  }
+  j["zero_optimization"] = z;
+  return j.dump(2);
+}
+
+std::string Disallowed(int stage, const std::string& offload) {
+  if (stage == 0 && offload != "none") return "offload needs ZeRO stage 1-3";
+  if (stage < 3 && offload == "nvme") return "nvme offload needs ZeRO stage 3";
+  return "";
+}
+
+Status Evaluate(const ModelShape& shape, const Config& config, const Options& o, const Machine& m,
+                Candidate* c) {
+  PlanOptions po;
+  po.world = static_cast<int>(o.world);
+  po.activation_checkpointing = o.checkpointing;
+  po.include_activations = o.params == 0;
+  STRATA_ASSIGN_OR_RETURN(c->plan, PlanEngineMemory(shape, config, po));
+  const uint64_t per_node = static_cast<uint64_t>((o.world + o.nodes - 1) / o.nodes);
+  c->cpu_per_node =
+      per_node * (c->plan.bytes(PlanTier::kPinnedCpu) + c->plan.bytes(PlanTier::kPageableCpu));
+  c->nvme_per_node = per_node * c->plan.bytes(PlanTier::kNvme);
+  if (c->plan.bytes(PlanTier::kDevice) > m.gpu) {
+    c->misfit = "device";
+  } else if (c->cpu_per_node > m.cpu) {
+    c->misfit = "cpu";
+  } else if (c->nvme_per_node > m.nvme) {
+    c->misfit = "nvme";
+  }
+  return Status::Ok();
+}
+
+nlohmann::json TrafficJson(const StepTraffic& t, int nodes) {
+  return {{"host_to_device_bytes", t.host_to_device_bytes},
+          {"device_to_host_bytes", t.device_to_host_bytes},
+          {"nvme_read_bytes", t.nvme_read_bytes},
+          {"nvme_write_bytes", t.nvme_write_bytes},
+          {"collective_bytes", t.collective_bytes},
+          {"nominal_seconds", t.NominalSeconds(nodes)}};
+}
+
+std::string Col(std::string s, size_t w) {
+  if (s.size() < w) s.append(w - s.size(), ' ');
+  return s + " ";
+}
+
+void PrintText(const Options& o, const ModelShape& shape, const Machine& m,
+               const std::vector<Candidate>& cs, const Candidate* best, int64_t seq_len) {
+  std::printf("model: %s, %.3f B params (largest %s), %s, world %lld on %lld node(s)\n",
+              shape.name.c_str(), static_cast<double>(shape.NumParameters()) / 1e9,
+              std::to_string(shape.LargestParameter()).c_str(), o.dtype.c_str(),
+              static_cast<long long>(o.world), static_cast<long long>(o.nodes));
+  if (o.params > 0) {
+    std::printf("activations: not counted (--params gives no model shape)\n");
+  } else {
+    std::printf("activations: micro batch %lld x seq %lld, %s\n",
+                static_cast<long long>(o.micro_batch), static_cast<long long>(seq_len),
+                o.checkpointing ? "activation checkpointing" : "no activation checkpointing");
+  }
+  std::printf("machine: gpu %s (%s)\n         cpu %s (%s)\n         nvme %s (%s)\n\n",
+              FormatBytes(m.gpu).c_str(), m.gpu_from.c_str(), FormatBytes(m.cpu).c_str(),
+              m.cpu_from.c_str(), FormatBytes(m.nvme).c_str(), m.nvme_from.c_str());
+  std::printf("%s%s%s%s%s%s%s\n", Col("stage", 5).c_str(), Col("offload", 7).c_str(),
+              Col("device", 11).c_str(), Col("pinned cpu", 11).c_str(), Col("pageable", 11).c_str(),
+              Col("nvme", 11).c_str(), "fits       step traffic (pcie / nvme / network)");
+  for (const Candidate& c : cs) {
+    std::string head = Col(std::to_string(c.stage), 5) + Col(c.offload, 7);
+    if (!c.disallowed.empty()) {
+      std::printf("%s(not a valid placement: %s)\n", head.c_str(), c.disallowed.c_str());
+      continue;
+    }
+    const StepTraffic& t = c.plan.traffic;
+    std::string fits = c.misfit ? "no: " + *c.misfit : "yes";
+    if (&c == best) fits += " *";
+    std::printf("%s%s%s%s%s%s%s / %s / %s\n", head.c_str(),
+                Col(FormatBytes(c.plan.bytes(PlanTier::kDevice)), 11).c_str(),
+                Col(FormatBytes(c.plan.bytes(PlanTier::kPinnedCpu)), 11).c_str(),
+                Col(FormatBytes(c.plan.bytes(PlanTier::kPageableCpu)), 11).c_str(),
+                Col(FormatBytes(c.plan.bytes(PlanTier::kNvme)), 11).c_str(), Col(fits, 10).c_str(),
+                FormatBytes(t.host_to_device_bytes + t.device_to_host_bytes).c_str(),
+                FormatBytes(t.nvme_read_bytes + t.nvme_write_bytes).c_str(),
+                FormatBytes(t.collective_bytes).c_str());
+  }
+  std::printf(
+      "\nper rank; cpu fits when (pinned + pageable) x ranks per node <= cpu, nvme likewise.\n");
+  if (best != nullptr) {
+    std::printf(
+        "least traffic that fits (*): stage %d, offload %s (strata estimate ... "
+        "--emit-config prints its config)\n",
+        best->stage, best->offload.c_str());
+  } else {
+    std::printf("nothing fits this machine\n");
+  }
+}
+
+int RunEstimate(const std::vector<std::string>& args) {
+  Options o;
+  FlagParser flags(kUsage);
+  flags.String("preset", &o.preset, "a Llama preset: tiny, small, 1b, 7b");
+  flags.String("model", &o.model, "a Hugging Face Llama directory (reads config.json)");
+  flags.Int("params", &o.params, "a bare parameter count (no activations)", 1);
+  flags.Int("largest-layer", &o.largest_layer,
+            "with --params: elements of the largest layer (default params / 64)", 1);
+  flags.Int("world", &o.world, "data-parallel ranks (GPUs) in all", 1, 1 << 20);
+  flags.Int("nodes", &o.nodes, "machines the ranks are spread over", 1, 1 << 16);
+  flags.Choice("dtype", &o.dtype, {"fp32", "fp16", "bf16"}, "compute dtype (without --config)");
+  flags.String("config", &o.config, "one DeepSpeed config instead of all placements");
+  flags.Int("micro-batch", &o.micro_batch, "sequences per micro-batch (activations)", 1);
+  flags.Int("seq-len", &o.seq_len, "tokens per sequence (default min(2048, the model's))", 1);
+  flags.Bool("checkpointing", &o.checkpointing, "activation checkpointing");
+  flags.Bytes("gpu-mem", &o.gpu_mem, "device memory per rank (default: the host-emulated device)");
+  flags.Bytes("cpu-mem", &o.cpu_mem, "CPU memory per node (default: this machine's)");
+  flags.Bytes("nvme", &o.nvme, "NVMe space per node (default: free space at --nvme-path)");
+  flags.String("nvme-path", &o.nvme_path, "swap directory (default: the working directory)");
+  flags.Bool("emit-config", &o.emit_config, "print the fitting config with the least traffic");
+  flags.Bool("json", &o.json, "print one JSON object");
+  std::vector<std::string> positional;
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return 0;
+  }
+  if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
+  const int sources = !o.preset.empty() + !o.model.empty() + (o.params > 0);
+  if (sources != 1) {
+    return Fail(2,
+                "give exactly one of --preset NAME (tiny, small, 1b, 7b), --model HF_DIR or "
+                "--params N");
+  }
+  if (o.nodes > o.world) {
+    return Fail(2, "--nodes " + std::to_string(o.nodes) + " is more than --world " +
+                       std::to_string(o.world) + " (each node runs at least one rank)");
+  }
+  if (o.emit_config && !o.config.empty()) {
+    return Fail(2, "--emit-config chooses among all placements; it cannot be used with --config");
+  }
+  int64_t hidden = 0, seq_len = 0;
+  Result<ModelShape> shape = ReadShape(o, &hidden, &seq_len);
+  if (!shape.ok()) return Fail(2, shape.status().message());
+  const Machine m = ProbeMachine(o, flags);
+  const std::string nvme_path = o.nvme_path.empty() ? "/local_nvme" : o.nvme_path;
+
+  RunContext run;
+  run.world_size = o.world;
+  run.micro_batch_per_gpu = o.micro_batch;
+  run.precision = o.dtype;
+  if (hidden > 0) run.hidden_size = hidden;
+  std::vector<Candidate> cs;
+  auto add = [&](int stage, const std::string& offload, const Config& config,
+                 std::string json) -> Status {
+    Candidate c;
+    c.stage = stage, c.offload = offload, c.config_json = std::move(json);
+    STRATA_RETURN_IF_ERROR(Evaluate(*shape, config, o, m, &c));
+    cs.push_back(std::move(c));
+    return Status::Ok();
+  };
+  if (!o.config.empty()) {
+    Result<Config> config = LoadConfig(o.config, run);
+    if (!config.ok()) return Fail(2, config.status().message());
+    const ZeroConfig& z = config->zero;
+    const OffloadDevice d = z.stage == 3 && z.offload_param.device != OffloadDevice::kNone
+                                ? z.offload_param.device
+                                : z.offload_optimizer.device;
+    o.dtype = config->bf16.enabled ? "bf16" : config->fp16.enabled ? "fp16" : "fp32";
+    o.micro_batch = config->batch.micro_batch_per_gpu;  // the activations of the config's batch
+    shape = ReadShape(o, &hidden, &seq_len);
+    if (!shape.ok()) return Fail(2, shape.status().message());
+    if (Status s = add(static_cast<int>(z.stage), std::string(OffloadDeviceName(d)), *config, "");
+        !s.ok()) {
+      return Fail(2, s.message());
+    }
+  } else {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (const std::string offload : {"none", "cpu", "nvme"}) {
+        if (std::string why = Disallowed(stage, offload); !why.empty()) {
+          Candidate c;
+          c.stage = stage, c.offload = offload, c.disallowed = why;
+          cs.push_back(std::move(c));
+          continue;
+        }
+        const std::string json = ConfigJson(o, stage, offload, nvme_path);
+        Result<Config> config = LoadConfigText(json, "<estimate>", run);
+        if (!config.ok())
+          return Fail(1, "internal: generated config: " + config.status().message());
+        if (Status s = add(stage, offload, *config, json); !s.ok()) return Fail(2, s.message());
+      }
+    }
+  }
+  const Candidate* best = nullptr;
+  for (const Candidate& c : cs) {
+    if (!c.disallowed.empty() || c.misfit) continue;
+    if (best == nullptr || c.plan.traffic.NominalSeconds(static_cast<int>(o.nodes)) <
+                               best->plan.traffic.NominalSeconds(static_cast<int>(o.nodes))) {
+      best = &c;
+    }
+  }
+  if (o.emit_config) {
+    if (best == nullptr) return Fail(1, "no placement fits this machine (see strata estimate)");
+    std::printf("%s\n", best->config_json.c_str());
+    return 0;
+  }
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = {{"name", shape->name},
+                  {"params", shape->NumParameters()},
+                  {"largest_param", shape->LargestParameter()}};
+    j["world"] = o.world, j["nodes"] = o.nodes, j["dtype"] = o.dtype;
+    j["micro_batch"] = o.micro_batch, j["seq_len"] = seq_len;
+    j["checkpointing"] = o.checkpointing, j["activations_counted"] = o.params == 0;
+    j["machine"] = {{"gpu_bytes", m.gpu},     {"cpu_bytes", m.cpu},     {"nvme_bytes", m.nvme},
+                    {"gpu_from", m.gpu_from}, {"cpu_from", m.cpu_from}, {"nvme_from", m.nvme_from}};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Candidate& c : cs) {
+      nlohmann::json r = {{"stage", c.stage}, {"offload", c.offload}};
+      if (!c.disallowed.empty()) {
+        r["valid"] = false, r["reason"] = c.disallowed;
+        rows.push_back(r);
+        continue;
+      }
+      r["valid"] = true;
+      r["placement"] = c.plan.placement;
+      nlohmann::json per_rank;
+      for (PlanTier t : kAllPlanTiers) per_rank[std::string(PlanTierKey(t))] = c.plan.bytes(t);
+      r["per_rank_bytes"] = per_rank;
+      r["per_node_cpu_bytes"] = c.cpu_per_node;
+      r["per_node_nvme_bytes"] = c.nvme_per_node;
+      r["fits"] = !c.misfit.has_value();
+      r["does_not_fit"] = c.misfit ? nlohmann::json(*c.misfit) : nlohmann::json(nullptr);
+      r["traffic"] = TrafficJson(c.plan.traffic, static_cast<int>(o.nodes));
+      nlohmann::json items = nlohmann::json::array();
+      for (const PlanItem& it : c.plan.items) {
+        items.push_back({{"what", it.what}, {"tier", PlanTierKey(it.tier)}, {"bytes", it.bytes}});
+      }
+      r["items"] = items;
+      rows.push_back(r);
+    }
+    j["placements"] = rows;
+    j["best"] = best == nullptr
+                    ? nlohmann::json(nullptr)
+                    : nlohmann::json{{"stage", best->stage}, {"offload", best->offload}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  PrintText(o, *shape, m, cs, best, seq_len);
+  if (!o.config.empty() && !cs.empty()) std::printf("\n%s", FormatPlanItems(cs[0].plan).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::cli
+
+STRATA_SUBCOMMAND(estimate, "estimate",
+                  "per-tier memory of ZeRO placements and whether they fit: `strata estimate "
+                  "--preset 7b --world 8`",
+                  strata::cli::RunEstimate);
