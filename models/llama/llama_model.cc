@@ -1,7 +1,9 @@
 #include "models/llama/llama_model.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/llama/llama_layers.h"
@@ -37,6 +39,14 @@ struct LlamaForCausalLM::Impl {
 
 namespace {
 
+// Appends the parts: GCC 12 at -O3 reports a false -Wrestrict overlap for
+// "literal" + std::string&& (as core/units.cc notes), which -Werror Release builds turn fatal.
+std::string Join(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view p : parts) out.append(p);
+  return out;
+}
+
 Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
   auto bad = [](const std::string& field, const std::string& why) {
     return InvalidArgumentError("LlamaForCausalLM: config field " + field + " " + why);
@@ -47,18 +57,19 @@ Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
   if (c.num_hidden_layers < 0) return bad("num_hidden_layers", "must be >= 0");
   if (c.num_attention_heads <= 0) return bad("num_attention_heads", "must be > 0");
   if (c.hidden_size % c.num_attention_heads != 0) {
-    return bad("hidden_size", "(" + std::to_string(c.hidden_size) +
-                                  ") must be a multiple of num_attention_heads (" +
-                                  std::to_string(c.num_attention_heads) + ")");
+    return bad("hidden_size", Join({"(", std::to_string(c.hidden_size),
+                                    ") must be a multiple of num_attention_heads (",
+                                    std::to_string(c.num_attention_heads), ")"}));
   }
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
-    return bad("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
-                                          ") must divide num_attention_heads (" +
-                                          std::to_string(c.num_attention_heads) + ")");
+    return bad("num_key_value_heads", Join({"(", std::to_string(c.num_key_value_heads),
+                                            ") must divide num_attention_heads (",
+                                            std::to_string(c.num_attention_heads), ")"}));
   }
   if (c.head_dim() % 2 != 0) {
-    return bad("hidden_size", "/ num_attention_heads (head_dim " + std::to_string(c.head_dim()) +
-                                  ") must be even for rotary embeddings");
+    return bad("hidden_size",
+               Join({"/ num_attention_heads (head_dim ", std::to_string(c.head_dim()),
+                     ") must be even for rotary embeddings"}));
   }
   if (c.max_position_embeddings <= 0) return bad("max_position_embeddings", "must be > 0");
   if (!(c.rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
