@@ -3,11 +3,14 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 
 #include "core/units.h"
 #include "engine/engine_impl.h"
+#include "engine/memory_plan.h"
 #include "engine/zero3_shards.h"
 #include "offload/device/kernels.h"
 
@@ -59,11 +62,6 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
                                                    Communicator& comm, Device& device,
                                                    const EngineInit& init) {
   const ZeroConfig& z = config.zero;
-  if (z.offload_optimizer.device == OffloadDevice::kNvme) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer.device = nvme: not built yet (issue #15; none and "
-        "cpu are)");
-  }
   if (z.offload_param.device == OffloadDevice::kNvme) {
     return UnimplementedError(
         "zero_optimization.offload_param.device = nvme: not built yet (issue #15; none and cpu "
@@ -99,6 +97,27 @@ Status Engine::Place(const EngineInit& init) {
     }
     numels.push_back(static_cast<size_t>(p->numel()));
   }
+  im.budget = init.budget != nullptr ? init.budget : &im.own_budget;
+  im.tracer = std::make_unique<Tracer>(config_.strata.trace_path, comm_.rank());
+  im.compute_track = im.tracer->Track("stream compute");
+
+  // Fit check: what this placement needs per tier against the device's free memory and the
+  // CPU budget, before anything is allocated (OutOfMemory with the per-tier table).
+  {
+    STRATA_ASSIGN_OR_RETURN(
+        MemoryPlan plan,
+        PlanEngineMemory(
+            ShapeFromNumels({numels.begin(), numels.end()}), config_,
+            {.world = comm_.world_size(), .rank = comm_.rank(), .include_activations = false}));
+    const DeviceMemoryStats d = device_.MemoryStats();
+    TierBytes caps{};
+    caps[0] = d.capacity_bytes > d.in_use_bytes ? d.capacity_bytes - d.in_use_bytes : 1;
+    const TierStats c = im.budget->Stats(Tier::kCpu);
+    caps[1] = c.limit_bytes == TierBudget::kUnlimited ? 0
+              : c.limit_bytes > c.current_bytes       ? c.limit_bytes - c.current_bytes
+                                                      : 1;
+    STRATA_RETURN_IF_ERROR(CheckPlanFits(plan, caps));
+  }
   const bool partitioned = z.stage >= 1;
   im.part_world = partitioned ? comm_.world_size() : 1;
   STRATA_ASSIGN_OR_RETURN(
@@ -107,7 +126,6 @@ Status Engine::Place(const EngineInit& init) {
 
   STRATA_ASSIGN_OR_RETURN(im.compute, device_.CreateStream());
   STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream());
-  im.budget = init.budget != nullptr ? init.budget : &im.own_budget;
 
   // Full parameters and fp32 gradient slots, one flat device buffer each (stages 0-2; stage 3
   // gathers parameters and makes gradient slots per module, engine/zero3_hooks.h).
@@ -155,15 +173,29 @@ Status Engine::Place(const EngineInit& init) {
   }
 
   // Optimizer state and the fp32 gradient partition it steps on.
-  OptimizerStateOptions oo;
-  STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
-  oo.tier = z.offload_optimizer.device == OffloadDevice::kCpu ? Tier::kCpu : Tier::kDevice;
-  oo.pin_memory = z.offload_optimizer.pin_memory;
-  im.hyperparams = oo.hyperparams;
-  STRATA_ASSIGN_OR_RETURN(opt_, OptimizerState::Create(layout_, oo, &device_, im.budget));
-  if (oo.tier == Tier::kCpu) im.cpu_bytes += opt_->size_bytes();
+  im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+  if (z.offload_optimizer.device == OffloadDevice::kNvme) {
+    STRATA_ASSIGN_OR_RETURN(NvmeOptimizerStateOptions no,
+                            NvmeOptimizerStateOptionsFromConfig(config_, comm_.rank()));
+    STRATA_ASSIGN_OR_RETURN(no.kind, ToKernel(config_.optimizer, &no.hyperparams));
+    im.hyperparams = no.hyperparams;
+    STRATA_ASSIGN_OR_RETURN(
+        im.nvme_opt, NvmeOptimizerState::Create(layout_, im.sub_groups, no, &device_, im.budget));
+    im.cpu_bytes += im.nvme_opt->cpu_bytes();
+    im.nvme_opt->set_tracer(im.tracer.get());
+    im.host_opt = true;
+  } else {
+    OptimizerStateOptions oo;
+    STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
+    oo.tier = z.offload_optimizer.device == OffloadDevice::kCpu ? Tier::kCpu : Tier::kDevice;
+    oo.pin_memory = z.offload_optimizer.pin_memory;
+    im.hyperparams = oo.hyperparams;
+    STRATA_ASSIGN_OR_RETURN(opt_, OptimizerState::Create(layout_, oo, &device_, im.budget));
+    if (oo.tier == Tier::kCpu) im.cpu_bytes += opt_->size_bytes();
+    im.host_opt = oo.tier == Tier::kCpu;
+  }
   // With the shards in pinned CPU memory the optimizer writes them in place.
-  if (oo.tier == Tier::kDevice) {
+  if (!im.host_opt) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
     im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;
   } else {
@@ -192,7 +224,6 @@ Status Engine::Place(const EngineInit& init) {
     STRATA_RETURN_IF_ERROR(
         im.PlaceHooks(model_, z, comm_, device_, params_, layout_, compute_dtype_));
   }
-  im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
 
   // Loss scaling and the LR schedule.
   if (config_.fp16.enabled) {
@@ -222,29 +253,48 @@ Status Engine::InitializeValues(const ParamInitFn& init) {
     values.assign(static_cast<size_t>(p.numel()), 0.0f);
     STRATA_RETURN_IF_ERROR(init(p, values).WithContext("initialising " + p.name()));
     const ShardSlice& s = layout_.slices()[i];
-    std::memcpy(opt_->master() + s.flat_offset, values.data() + s.param_offset,
-                s.valid_numel * sizeof(float));
+    STRATA_RETURN_IF_ERROR(WriteMaster(
+        s.flat_offset, std::span<const float>(values).subspan(s.param_offset, s.valid_numel)));
     // The compute copy starts as the master rounded once, as every later write-back is.
     if (impl_->shards == nullptr) {
       STRATA_RETURN_IF_ERROR(
           nn::UploadParameter(impl_->compute, p, values.data(), DType::kFloat32, values.size()));
     }
   }
+  if (impl_->nvme_opt != nullptr) STRATA_RETURN_IF_ERROR(impl_->nvme_opt->Flush());
   if (impl_->shards != nullptr) {  // stage 3: the shards, then the persistent parameters
-    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(opt_->master(), layout_.partition_numel(),
-                                                 compute_dtype_, impl_->shards,
-                                                 impl_->shards_on_host, impl_->compute));
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(impl_->hooks->RegatherPersistent());
     STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
   }
-  impl_->FillMemoryStats(*opt_, &stats_);
+  impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();
 }
 
+namespace {
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 Status Engine::Forward(const nn::TokenBatch& micro_batch) {
-  nn::RunContext ctx{&device_, impl_->compute, true};
-  STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
-  impl_->FillMemoryStats(*opt_, &stats_);
+  Impl& im = *impl_;
+  nn::RunContext ctx{&device_, im.compute, true};
+  const double t0 = NowMs();
+  if (im.step_begin_ms < 0) {
+    im.step_begin_ms = t0;
+    im.breakdown = StepBreakdown{};
+  }
+  {
+    TraceSpan span(im.tracer.get(), "forward", "engine");
+    STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
+    // Waited for here so the breakdown's forward is the forward's (the loss read waits anyway).
+    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  }
+  im.breakdown.forward_ms += NowMs() - t0;
+  impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();
 }
 
@@ -252,16 +302,54 @@ Status Engine::Backward() {
   nn::RunContext ctx{&device_, impl_->compute, true};
   const double gas =
       static_cast<double>(std::max<int64_t>(1, config_.batch.gradient_accumulation_steps));
-  STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
-  ++stats_.micro_steps;
-  if (config_.zero.stage >= 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
-  impl_->FillMemoryStats(*opt_, &stats_);
+  const double t0 = NowMs();
+  {
+    TraceSpan span(impl_->tracer.get(), "backward", "engine");
+    STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
+    ++stats_.micro_steps;
+    if (config_.zero.stage >= 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
+    STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());  // as Forward: the breakdown's backward
+  }
+  impl_->breakdown.backward_ms += NowMs() - t0;
+  impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();
 }
 
 bool Engine::IsGradientAccumulationBoundary() const {
   const int64_t gas = std::max<int64_t>(1, config_.batch.gradient_accumulation_steps);
   return stats_.micro_steps > 0 && stats_.micro_steps % gas == 0;
+}
+
+const StepBreakdown& Engine::last_breakdown() const { return impl_->last_breakdown; }
+
+Status Engine::FlushTrace() { return impl_->tracer->Flush(); }
+
+Status Engine::ReadMaster(size_t flat_begin, std::span<float> out) {
+  if (impl_->nvme_opt != nullptr) {
+    return impl_->nvme_opt->ReadState(flat_begin, out.size(), out.data(), nullptr, nullptr);
+  }
+  return opt_->Read(OptimizerState::Array::kMaster, flat_begin, out);
+}
+
+Status Engine::WriteMaster(size_t flat_begin, std::span<const float> in) {
+  if (impl_->nvme_opt != nullptr) return impl_->nvme_opt->WriteMaster(flat_begin, in);
+  return opt_->Write(OptimizerState::Array::kMaster, flat_begin, in);
+}
+
+Status Engine::WriteShardsFromMasterState() {
+  Impl& im = *impl_;
+  STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  const size_t cbytes = DTypeBytes(compute_dtype_);
+  std::vector<float> master;
+  for (const SubGroup& g : im.sub_groups) {
+    const size_t n = g.flat_end - g.flat_begin;
+    master.resize(n);
+    STRATA_RETURN_IF_ERROR(ReadMaster(g.flat_begin, master));
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(
+        master.data(), n, compute_dtype_, static_cast<uint8_t*>(im.shards) + g.flat_begin * cbytes,
+        im.shards_on_host, im.compute));
+  }
+  return Status::Ok();
 }
 
 Result<float> Engine::Loss() {

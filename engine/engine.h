@@ -27,8 +27,11 @@
 //             and release them after, and its gradient slots exist only until reduced.
 //   overlap_comm (stages 2-3): reduce-scatters run on a comm stream, bucketed by
 //             reduce_bucket_size (engine/grad_reducer.h); bitwise the same results.
-// NVMe placement is issue #15's; Initialize says so (Unimplemented) instead of running
-// something else.
+//   offload_optimizer.device = nvme (stages 1-3): master + moments on NVMe per sub-group
+//             (engine/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
+//             gradient partition in pinned CPU memory, as for cpu. offload_param.device = nvme
+//             is not built yet; Initialize says so (Unimplemented) instead of running something
+//             else.
 //
 // The step (DeepSpeed's order): reduce; fp16 overflow check (the step is skipped and the loss
 // scale backs off); global L2 norm of the averaged, unscaled gradients; clip factor as
@@ -53,6 +56,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/optimizer_state.h"
 #include "engine/partition.h"
+#include "engine/step_breakdown.h"
 #include "nn/causal_lm.h"
 #include "offload/device/device.h"
 #include "offload/tier_budget.h"
@@ -91,8 +95,9 @@ class Engine {
  public:
   // Places the model's parameters, builds the optimizer state and initialises both. Errors:
   // InvalidArgument for a config it cannot honour with this model (naming the key),
-  // Unimplemented for placements not built yet (nvme, offload_optimizer.ratio < 1), OutOfMemory
-  // naming the tier.
+  // Unimplemented for placements not built yet (offload_param nvme, offload_optimizer.ratio < 1),
+  // OutOfMemory naming the tier (the memory plan of engine/memory_plan.h is checked against the
+  // device's free memory and the CPU budget first: the error carries the per-tier table).
   static Result<std::unique_ptr<Engine>> Initialize(nn::CausalLM& model, const Config& config,
                                                     Communicator& comm, Device& device,
                                                     const EngineInit& init);
@@ -133,6 +138,12 @@ class Engine {
   // as the optimizer's write-back rounds. All ranks call together.
   Status SyncParametersFromMaster();
 
+  // Where the last optimizer step's time went (forward and backward of its micro-batches, the
+  // step and its parts: copies, collectives, NVMe waits, Adam), engine/step_breakdown.h.
+  const StepBreakdown& last_breakdown() const;
+  // Writes the spans recorded so far to strata.trace_path (Ok, nothing written, when unset).
+  Status FlushTrace();
+
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
   Status Place(const EngineInit& init);
@@ -142,6 +153,12 @@ class Engine {
   Status ApplyStep();
   Status ZeroGradients();
   Status WriteBackParameters();
+  // Elements of the fp32 master partition to / from host memory, whatever holds it (the
+  // optimizer state on any tier, or NVMe).
+  Status ReadMaster(size_t flat_begin, std::span<float> out);
+  Status WriteMaster(size_t flat_begin, std::span<const float> in);
+  // Stage 3: this rank's compute-dtype shards rewritten from the master, one sub-group at a time.
+  Status WriteShardsFromMasterState();
 
   struct Impl;
   nn::CausalLM& model_;

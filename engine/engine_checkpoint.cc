@@ -1,14 +1,24 @@
 // Engine::SaveCheckpoint / LoadCheckpoint: this rank's partition to and from the files of
 // engine/checkpoint.h, the ranks agreeing at each phase so that all succeed or all fail.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace strata {
 
@@ -69,6 +79,104 @@ uint64_t AlignNumelOf(const PartitionLayout& layout) {
   return 1;
 }
 
+// Fills [begin, end) of the partition's master, exp_avg, exp_avg_sq (host buffers of end - begin
+// floats each).
+using ChunkFn = std::function<Status(size_t begin, size_t end, float* m, float* v, float* s)>;
+
+std::string Hex16(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Status PwriteAll(int fd, const void* data, size_t bytes, uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return IoError("checkpoint: write " + path + " at offset " + std::to_string(offset) + ": " +
+                     std::strerror(errno));
+    }
+    p += w;
+    bytes -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+  return Status::Ok();
+}
+
+// The safetensors header of a shard (the layout WriteCheckpointShard writes: three F32 tensors
+// of n elements, one after another, checksums in __metadata__).
+std::string ShardHeader(const std::string& tag, int rank, size_t n, const uint64_t hashes[3]) {
+  nlohmann::json header = nlohmann::json::object();
+  std::map<std::string, std::string> metadata = {
+      {"format", "strata-zero-shard"}, {"rank", std::to_string(rank)}, {"tag", tag}};
+  const uint64_t bytes = uint64_t{n} * sizeof(float);
+  for (int a = 0; a < 3; ++a) {
+    const std::string name(CheckpointArrayName(static_cast<CheckpointArray>(a)));
+    metadata["xxh3." + name] = Hex16(hashes[a]);
+    header[name] = {{"dtype", "F32"},
+                    {"shape", {static_cast<int64_t>(n)}},
+                    {"data_offsets", {a * bytes, (a + 1) * bytes}}};
+  }
+  header["__metadata__"] = metadata;
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>((json.size() >> (8 * i)) & 0xFF);
+  return head + json;
+}
+
+// WriteCheckpointShard's file, streamed: `chunks` (in order, covering [0, n)) are fetched one at
+// a time and written in place, so a state that is not in RAM (NVMe, or device memory the host
+// cannot address) is never copied whole. Durable as WriteCheckpointShard: a temporary file,
+// fsynced, renamed.
+Status WriteShardStreaming(const std::string& tag_dir, const std::string& tag, int rank, size_t n,
+                           const std::vector<std::pair<size_t, size_t>>& chunks,
+                           const ChunkFn& fetch) {
+  const std::string path =
+      (std::filesystem::path(tag_dir) / CheckpointShardFileName(rank)).string();
+  const std::string tmp = path + ".tmp";
+  const uint64_t zero[3] = {0, 0, 0};
+  const uint64_t data_start = ShardHeader(tag, rank, n, zero).size();  // hashes are fixed width
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("checkpoint: create " + tmp + ": " + std::strerror(errno));
+  XXH3_state_t* states[3] = {XXH3_createState(), XXH3_createState(), XXH3_createState()};
+  for (XXH3_state_t* st : states) XXH3_64bits_reset(st);
+  Status status;
+  std::vector<float> buf;
+  for (const auto& [begin, end] : chunks) {
+    const size_t len = end - begin;
+    buf.resize(3 * len);
+    status = fetch(begin, end, buf.data(), buf.data() + len, buf.data() + 2 * len);
+    for (int a = 0; status.ok() && a < 3; ++a) {
+      const float* src = buf.data() + a * len;
+      XXH3_64bits_update(states[a], src, len * sizeof(float));
+      status = PwriteAll(fd, src, len * sizeof(float),
+                         data_start + (static_cast<uint64_t>(a) * n + begin) * sizeof(float), tmp);
+    }
+    if (!status.ok()) break;
+  }
+  uint64_t hashes[3];
+  for (int a = 0; a < 3; ++a) {
+    hashes[a] = XXH3_64bits_digest(states[a]);
+    XXH3_freeState(states[a]);
+  }
+  if (status.ok()) {
+    const std::string head = ShardHeader(tag, rank, n, hashes);
+    status = PwriteAll(fd, head.data(), head.size(), 0, tmp);
+  }
+  if (status.ok() && ::fsync(fd) != 0) {
+    status = IoError("checkpoint: fsync " + tmp + ": " + std::strerror(errno));
+  }
+  ::close(fd);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = IoError("checkpoint: rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status.WithContext("checkpoint shard of rank " + std::to_string(rank));
+}
+
 }  // namespace
 
 Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
@@ -104,8 +212,23 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
   const std::string partial = (std::filesystem::path(dir) / (tag + ".partial")).string();
   if (rank < im.part_world) {
     const size_t n = layout_.partition_numel();
-    local = WriteCheckpointShard(
-        partial, tag, rank, {{opt_->master(), n}, {opt_->exp_avg(), n}, {opt_->exp_avg_sq(), n}});
+    if (opt_ != nullptr && opt_->host_addressable()) {
+      local = WriteCheckpointShard(
+          partial, tag, rank, {{opt_->master(), n}, {opt_->exp_avg(), n}, {opt_->exp_avg_sq(), n}});
+    } else {  // NVMe or opaque device memory: one sub-group at a time through host memory
+      std::vector<std::pair<size_t, size_t>> chunks;
+      for (const SubGroup& g : im.sub_groups) chunks.emplace_back(g.flat_begin, g.flat_end);
+      NvmeOptimizerState* nvme = im.nvme_opt.get();
+      OptimizerState* opt = opt_.get();
+      ChunkFn fetch = [&](size_t begin, size_t end, float* m, float* v, float* sq) -> Status {
+        if (nvme != nullptr) return nvme->ReadState(begin, end - begin, m, v, sq);
+        using A = OptimizerState::Array;
+        STRATA_RETURN_IF_ERROR(opt->Read(A::kMaster, begin, {m, end - begin}));
+        STRATA_RETURN_IF_ERROR(opt->Read(A::kExpAvg, begin, {v, end - begin}));
+        return opt->Read(A::kExpAvgSq, begin, {sq, end - begin});
+      };
+      local = WriteShardStreaming(partial, tag, rank, n, chunks, fetch);
+    }
     CheckpointCrashPoint("shard_written");
   }
   if (rank == 0 && local.ok()) {
@@ -191,14 +314,39 @@ Result<std::string> Engine::LoadCheckpoint(const std::string& dir, const std::st
   // 2. This rank's slices of every parameter, from whichever old shards hold them; padding
   // stays zero.
   const size_t n = layout_.partition_numel();
-  float* arrays[3] = {opt_->master(), opt_->exp_avg(), opt_->exp_avg_sq()};
-  for (float* a : arrays) std::fill(a, a + n, 0.0f);
-  for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
-    const ShardSlice& s = layout_.slices()[i];
-    for (int a = 0; local.ok() && a < 3; ++a) {
-      local = reader->Read(i, static_cast<CheckpointArray>(a), s.param_offset,
-                           {arrays[a] + s.flat_offset, s.valid_numel});
+  if (opt_ != nullptr && opt_->host_addressable()) {
+    float* arrays[3] = {opt_->master(), opt_->exp_avg(), opt_->exp_avg_sq()};
+    for (float* a : arrays) std::fill(a, a + n, 0.0f);
+    for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
+      const ShardSlice& s = layout_.slices()[i];
+      for (int a = 0; local.ok() && a < 3; ++a) {
+        local = reader->Read(i, static_cast<CheckpointArray>(a), s.param_offset,
+                             {arrays[a] + s.flat_offset, s.valid_numel});
+      }
     }
+  } else {
+    // NVMe or opaque device memory: one parameter's slices at a time through host memory (the
+    // padding is zero in the state and stays so).
+    std::vector<float> buf[3];
+    for (size_t i = 0; local.ok() && i < params_.size(); ++i) {
+      const ShardSlice& s = layout_.slices()[i];
+      if (s.valid_numel == 0) continue;
+      for (int a = 0; local.ok() && a < 3; ++a) {
+        buf[a].resize(s.valid_numel);
+        local = reader->Read(i, static_cast<CheckpointArray>(a), s.param_offset, buf[a]);
+      }
+      if (!local.ok()) break;
+      if (im.nvme_opt != nullptr) {
+        local = im.nvme_opt->WriteState(s.flat_offset, buf[0], buf[1], buf[2]);
+      } else {
+        using A = OptimizerState::Array;
+        const A which[3] = {A::kMaster, A::kExpAvg, A::kExpAvgSq};
+        for (int a = 0; local.ok() && a < 3; ++a) {
+          local = opt_->Write(which[a], s.flat_offset, buf[a]);
+        }
+      }
+    }
+    if (local.ok() && im.nvme_opt != nullptr) local = im.nvme_opt->Flush();
   }
   STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "reading checkpoint in " + dir));
 

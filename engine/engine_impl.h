@@ -8,6 +8,9 @@
 #include "core/units.h"
 #include "engine/engine.h"
 #include "engine/grad_reducer.h"
+#include "engine/optimizer_nvme.h"
+#include "engine/step_breakdown.h"
+#include "engine/trace.h"
 #include "engine/zero3_hooks.h"
 #include "offload/pinned_pool.h"
 
@@ -16,8 +19,19 @@ namespace strata {
 struct Engine::Impl {
   // First, so it outlives every pool charged to it (members are destroyed in reverse order).
   TierBudget own_budget;
-  Stream compute;  // the model's forward/backward and the engine's copies
-  Stream comm;     // collectives (ordered after compute with events)
+  // strata.trace_path ("" = disabled); before nvme_opt, which records into it.
+  std::unique_ptr<Tracer> tracer;
+  int compute_track = 0;  // the tracer's "stream compute" track
+  // offload_optimizer.device = nvme: the optimizer state (the engine's opt_ is then null).
+  std::unique_ptr<NvmeOptimizerState> nvme_opt;
+  // The optimizer steps on the host (cpu tier or nvme): gradients go D2H, params H2D.
+  bool host_opt = false;
+  // The step being measured, and the last one finished (Engine::last_breakdown).
+  StepBreakdown breakdown;
+  StepBreakdown last_breakdown;
+  double step_begin_ms = -1;  // steady-clock milliseconds of the step's first Forward
+  Stream compute;             // the model's forward/backward and the engine's copies
+  Stream comm;                // collectives (ordered after compute with events)
   int part_world = 1;
 
   // Device buffers (owned; freed by Release).
@@ -59,7 +73,7 @@ struct Engine::Impl {
                     const std::vector<nn::Parameter*>& params, const PartitionLayout& layout,
                     DType dtype);
   // EngineStats' per-tier bytes: what the engine holds now, and the device peak.
-  void FillMemoryStats(const OptimizerState& opt, EngineStats* stats) const;
+  void FillMemoryStats(const OptimizerState* opt, EngineStats* stats) const;
 
   Status AllocDevice(Device& device, size_t bytes, const char* what, void** out) {
     Result<void*> r = device.Allocate(std::max<size_t>(bytes, 256));

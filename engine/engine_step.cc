@@ -1,4 +1,5 @@
 // The engine's gradient reduction and the optimizer step at the accumulation boundary.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -34,15 +35,20 @@ Status Engine::ReduceBoundaryGradients() {
   return LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel);
 }
 
-Status Engine::Step() {
-  if (!IsGradientAccumulationBoundary()) return Status::Ok();
-  if (config_.zero.stage <= 1) STRATA_RETURN_IF_ERROR(ReduceBoundaryGradients());
-  Status s = ApplyStep();
-  impl_->FillMemoryStats(*opt_, &stats_);
-  return s;
+namespace {
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-namespace {
+// Adds the milliseconds since `t0` to *ms and returns now.
+double Lap(double t0, double* ms) {
+  const double t = NowMs();
+  *ms += t - t0;
+  return t;
+}
 
 // One float summed (or maxed) over the ranks of `comm`, through device memory.
 Result<float> AllReduceScalar(Communicator& comm, Device& device, const Stream& stream,
@@ -61,22 +67,64 @@ Result<float> AllReduceScalar(Communicator& comm, Device& device, const Stream& 
 
 }  // namespace
 
+Status Engine::Step() {
+  if (!IsGradientAccumulationBoundary()) return Status::Ok();
+  Impl& im = *impl_;
+  const double t0 = NowMs();
+  Status s;
+  {
+    TraceSpan span(im.tracer.get(), "step", "engine");
+    if (config_.zero.stage <= 1) {
+      TraceSpan c(im.tracer.get(), im.compute_track, "all-reduce grads", "comm");
+      s = ReduceBoundaryGradients();
+      if (s.ok()) s = im.compute.Synchronize();
+      if (s.ok() && comm_.world_size() > 1) {
+        im.breakdown.collectives_ms += NowMs() - t0;
+        im.breakdown.collective_bytes += im.full_numel * sizeof(float);
+      }
+    }
+    if (s.ok()) s = ApplyStep();
+  }
+  const double t1 = NowMs();
+  im.breakdown.step_ms += t1 - t0;
+  if (im.step_begin_ms >= 0) im.breakdown.total_ms = t1 - im.step_begin_ms;
+  im.last_breakdown = im.breakdown;
+  im.breakdown = StepBreakdown{};
+  im.step_begin_ms = -1;
+  im.FillMemoryStats(opt_.get(), &stats_);
+  if (s.ok() && config_.training.steps_per_print > 0 &&
+      stats_.global_steps % config_.training.steps_per_print == 0) {
+    s = im.tracer->Flush();
+  }
+  return s;
+}
+
 Status Engine::ApplyStep() {
   Impl& im = *impl_;
   const size_t n = layout_.partition_numel();
   if (im.scalar == nullptr) {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
   }
-  if (opt_->tier() == Tier::kCpu) {  // the gradient partition crosses the link once
-    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(opt_->grad(), im.grad_partition, n * sizeof(float),
+  StepBreakdown& b = im.breakdown;
+  double t = NowMs();
+  if (im.host_opt) {  // the gradient partition crosses the link once
+    TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
+    float* host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->grad();
+    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(host_grad, im.grad_partition, n * sizeof(float),
                                                 CopyKind::kDeviceToHost));
+    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+    t = Lap(t, &b.d2h_ms);
+    b.d2h_bytes += n * sizeof(float);
   }
   STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  NvmeOptimizerState* nvme = im.nvme_opt.get();
   ++stats_.global_steps;
 
   // fp16: any Inf/NaN on any rank skips the step for everyone.
   if (config_.fp16.enabled || config_.bf16.check_grad_overflow) {
-    float bad = opt_->GradHasNonFinite(0, n) ? 1.0f : 0.0f;
+    float bad = (nvme != nullptr ? nvme->GradHasNonFinite(0, n) : opt_->GradHasNonFinite(0, n))
+                    ? 1.0f
+                    : 0.0f;
     if (im.part_world > 1) {
       STRATA_ASSIGN_OR_RETURN(
           bad, AllReduceScalar(comm_, device_, im.compute, static_cast<float*>(im.scalar), bad,
@@ -93,7 +141,8 @@ Status Engine::ApplyStep() {
 
   // DeepSpeed's unscale_and_clip_grads on the averaged gradients: the norm of the averaged,
   // still loss-scaled gradients; one combined divisor.
-  double sq = opt_->GradSquaredNorm(0, n);
+  TraceSpan norm_span(im.tracer.get(), "grad norm", "optimizer");
+  double sq = nvme != nullptr ? nvme->GradSquaredNorm(0, n) : opt_->GradSquaredNorm(0, n);
   if (im.part_world > 1) {
     STRATA_ASSIGN_OR_RETURN(
         float total, AllReduceScalar(comm_, device_, im.compute, static_cast<float*>(im.scalar),
@@ -110,6 +159,7 @@ Status Engine::ApplyStep() {
     if (c > 1) combined = c * loss_scale;
   }
   stats_.last_grad_norm = total_norm / loss_scale;
+  norm_span.End();
   const float grad_scale = static_cast<float>(1.0 / (world * combined));
 
   Hyperparams hp = im.hyperparams;
@@ -118,9 +168,20 @@ Status Engine::ApplyStep() {
   hp.lr = static_cast<float>(schedule_->LrForStep(step_number - 1));
   hp.beta1 = static_cast<float>(schedule_->Beta1ForStep(step_number - 1));
   stats_.last_lr = hp.lr;
-  for (const SubGroup& g : im.sub_groups) {
-    STRATA_RETURN_IF_ERROR(
-        opt_->StepSubGroup(g, step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+  {
+    TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
+    t = NowMs();
+    if (nvme != nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          nvme->Step(step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+      nvme->AddTo(&b);
+    } else {
+      for (const SubGroup& g : im.sub_groups) {
+        STRATA_RETURN_IF_ERROR(
+            opt_->StepSubGroup(g, step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+      }
+      if (im.host_opt) Lap(t, &b.cpu_adam_ms);
+    }
   }
   STRATA_RETURN_IF_ERROR(WriteBackParameters());
   STRATA_RETURN_IF_ERROR(ZeroGradients());
@@ -131,7 +192,11 @@ Status Engine::ApplyStep() {
 
 Status Engine::ZeroGradients() {
   Impl& im = *impl_;
-  if (opt_->tier() == Tier::kCpu) opt_->ZeroGrad();
+  if (im.nvme_opt != nullptr) {
+    im.nvme_opt->ZeroGrad();
+  } else if (opt_->tier() == Tier::kCpu) {
+    opt_->ZeroGrad();
+  }
   STRATA_RETURN_IF_ERROR(
       LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f, layout_.partition_numel()));
   if (im.grads_flat != nullptr) {  // stage 3 has no full slots between backward passes
@@ -144,14 +209,22 @@ Status Engine::ZeroGradients() {
 Status Engine::WriteBackParameters() {
   Impl& im = *impl_;
   const size_t cbytes = DTypeBytes(compute_dtype_);
-  if (opt_->tier() == Tier::kCpu && !im.shards_on_host) {
+  if (im.host_opt && !im.shards_on_host) {
+    TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
+    const double t = NowMs();
     STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
         im.shard_flat, im.param_copy, layout_.partition_numel() * cbytes, CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+    Lap(t, &im.breakdown.h2d_ms);
+    im.breakdown.h2d_bytes += layout_.partition_numel() * cbytes;
   }
   if (im.shards != nullptr) {  // stage 3: the shards are the parameters; the next use gathers
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
     return im.compute.Synchronize();
   }
+  TraceSpan span(im.tracer.get(), im.compute_track,
+                 im.part_world == 1 ? "copy params" : "all-gather params", "comm");
+  const double t = NowMs();
   for (size_t i = 0; i < params_.size(); ++i) {
     const ShardSlice& s = layout_.slices()[i];
     const uint8_t* shard = static_cast<const uint8_t*>(im.shard_flat) + s.flat_offset * cbytes;
@@ -164,7 +237,12 @@ Status Engine::WriteBackParameters() {
               .WithContext("all-gather of " + params_[i]->name()));
     }
   }
-  return im.compute.Synchronize();
+  STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  if (im.part_world > 1) {
+    Lap(t, &im.breakdown.collectives_ms);
+    im.breakdown.collective_bytes += layout_.partition_numel() * cbytes * (im.part_world - 1);
+  }
+  return Status::Ok();
 }
 
 Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
@@ -177,18 +255,17 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
                                 std::to_string(s.numel) + " elements, not " +
                                 std::to_string(out.size()));
   }
-  const float* slot = opt_->master() + s.flat_offset;
-  if (im.part_world == 1) {
-    std::memcpy(out.data(), slot, s.numel * sizeof(float));
-    return Status::Ok();
-  }
+  if (im.part_world == 1) return ReadMaster(s.flat_offset, out);
+  // This rank's slot through host memory (the master may be on NVMe or device memory the host
+  // cannot address).
+  std::vector<float> slot(s.shard_numel);
+  STRATA_RETURN_IF_ERROR(ReadMaster(s.flat_offset, slot));
   void* shard = nullptr;
   void* full = nullptr;
   STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, s.shard_numel * sizeof(float), "gather", &shard));
   STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, s.numel * sizeof(float), "gather", &full));
-  STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
-      shard, slot, s.shard_numel * sizeof(float),
-      opt_->tier() == Tier::kCpu ? CopyKind::kHostToDevice : CopyKind::kDeviceToDevice));
+  STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(shard, slot.data(), s.shard_numel * sizeof(float),
+                                              CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(
       comm_.AllGather(im.compute, shard, full, s.numel, DType::kFloat32, nullptr));
   STRATA_RETURN_IF_ERROR(
@@ -202,10 +279,7 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
 Status Engine::SyncParametersFromMaster() {
   Impl& im = *impl_;
   if (im.shards != nullptr) {  // stage 3: rewrite this rank's shards; no gather needed
-    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
-    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(opt_->master(), layout_.partition_numel(),
-                                                 compute_dtype_, im.shards, im.shards_on_host,
-                                                 im.compute));
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
     return im.compute.Synchronize();
   }

@@ -40,8 +40,9 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   return Status::Ok();
 }
 
-void Engine::Impl::FillMemoryStats(const OptimizerState& opt, EngineStats* stats) const {
-  const uint64_t fixed = device_bytes + (opt.tier() == Tier::kDevice ? opt.size_bytes() : 0);
+void Engine::Impl::FillMemoryStats(const OptimizerState* opt, EngineStats* stats) const {
+  const uint64_t fixed =
+      device_bytes + (opt != nullptr && opt->tier() == Tier::kDevice ? opt->size_bytes() : 0);
   const uint64_t live = hooks != nullptr ? hooks->live_bytes() : 0;
   const uint64_t peak = hooks != nullptr ? hooks->peak_live_bytes() : 0;
   stats->device_bytes = fixed + live;

@@ -192,6 +192,7 @@ void PrintStep(const Run& r, const Options& o, int64_t step, double loss, double
   if (step % r.config.training.steps_per_print != 0 && step != o.steps) return;
   std::printf("step %lld loss %.4f tokens/s %.0f lr %.3g loss_scale %.6g grad_norm %.4f\n",
               static_cast<long long>(step), loss, tok_s, s.last_lr, s.loss_scale, s.last_grad_norm);
+  std::printf("  %s\n", r.engine->last_breakdown().ToString().c_str());
   std::fflush(stdout);
 }
 
@@ -229,7 +230,7 @@ Status Train(const Options& o, Run& r, Totals* t) {
     }
   }
   if (print && tty) std::printf("\n");
-  return Status::Ok();
+  return r.engine->FlushTrace();
 }
 
 int RunTrain(const std::vector<std::string>& args) {
@@ -316,6 +317,7 @@ int RunTrain(const std::vector<std::string>& args) {
     j["skipped_steps"] = s.skipped_steps;
     AddMemoryJson(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base), &j);
     j["config"] = {{"stage", c.zero.stage}, {"offload_optimizer", offload}, {"dtype", dtype}};
+    j["last_step_breakdown"] = nlohmann::json::parse(r.engine->last_breakdown().ToJson());
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }

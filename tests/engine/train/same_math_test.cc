@@ -184,8 +184,9 @@ TEST(EngineTest, DeviceMemoryIsABudgetNamingWhatDidNotFit) {
   EngineInit init;
   init.init_param = testing::TestInit(1);
   Config config = testing::MakeConfig(2, 1, "\"stage\": 1");
+  // The fit check refuses before anything is allocated, naming the tier.
   EXPECT_THAT(Engine::Initialize(*model, config, *comm, *device, init).status(),
-              StatusIs(StatusCode::kOutOfMemory, HasSubstr("engine: ")));
+              StatusIs(StatusCode::kOutOfMemory, HasSubstr("tier device needs")));
 }
 
 }  // namespace
