@@ -264,6 +264,9 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
                static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
                    SwapExtentBytes(largest_group),
                opt_pin);
+      // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
+      // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
+      p.Pinned("optimizer state staging (one sub-group)", 12 * largest_group, opt_pin);
       if (pd == OffloadDevice::kNone) p.Pinned("updated parameter staging", part * cb, opt_pin);
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",

@@ -35,6 +35,21 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   ho.shards_on_host = shards_on_host;
   ho.persistence_threshold = z.param_persistence_threshold;
   ho.reducer = reducer.get();
+  if (z.stage == 3) {  // the bounds engine/memory_plan.cc counts for stage 3
+    const uint64_t cb = DTypeBytes(dtype);
+    uint64_t persistent = 0, largest = 0;
+    for (const nn::Parameter* p : params) {
+      const uint64_t n = static_cast<uint64_t>(p->numel());
+      largest = std::max(largest, n);
+      if (static_cast<int64_t>(n) <= z.param_persistence_threshold) persistent += n * cb;
+    }
+    const uint64_t max_live = std::max<uint64_t>(
+        largest, static_cast<uint64_t>(std::max<int64_t>(z.max_live_parameters, 0)));
+    const uint64_t bucket = static_cast<uint64_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
+    ho.param_limit_bytes = persistent + max_live * cb;
+    ho.slot_limit_bytes = ((z.overlap_comm ? 2 : 1) * bucket + largest) * sizeof(float);
+    if (z.overlap_comm) ho.comm_stream = this->comm;
+  }
   STRATA_ASSIGN_OR_RETURN(hooks, ZeroHooks::Create(model, ho));
   model.AddHooksRecursive(hooks.get());
   return Status::Ok();

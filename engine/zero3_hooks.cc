@@ -69,6 +69,16 @@ void ZeroHooks::AddLive(uint64_t bytes) {
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
 }
 
+Status ZeroHooks::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
+  if (limit == 0 || pending_free_bytes_ == 0 || held + pending_free_bytes_ + bytes <= limit) {
+    return Status::Ok();
+  }
+  STRATA_RETURN_IF_ERROR(o_.compute.Synchronize());
+  if (o_.comm_stream.valid()) STRATA_RETURN_IF_ERROR(o_.comm_stream.Synchronize());
+  pending_free_bytes_ = 0;
+  return Status::Ok();
+}
+
 Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {
   (void)ctx;  // everything goes on the engine's compute stream, which ctx.stream is
   const std::vector<size_t>& used = ParamsOf(module);
@@ -110,12 +120,14 @@ Status ZeroHooks::Gather(size_t i) {
   const ShardSlice& s = o_.layout->slices()[i];
   const size_t cbytes = DTypeBytes(o_.dtype);
   const size_t bytes = s.numel * cbytes;
+  STRATA_RETURN_IF_ERROR(Throttle(param_bytes_, bytes, o_.param_limit_bytes));
   Result<void*> full = o_.device->Allocate(bytes);
   if (!full.ok()) {
     return full.status().WithContext("gathering " + p->name() + " (" + FormatBytes(bytes) + ")");
   }
   st.full = *full;
   AddLive(bytes);
+  param_bytes_ += bytes;
   const uint8_t* shard = static_cast<const uint8_t*>(o_.shards) + s.flat_offset * cbytes;
   const Stream& c = o_.compute;
   if (o_.shards_on_host) {  // offload_param cpu: the shard crosses the link first
@@ -128,6 +140,7 @@ Status ZeroHooks::Gather(size_t i) {
     STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, *staged, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
     STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(c, *staged));
+    pending_free_bytes_ += s.shard_numel * cbytes;
   } else {
     STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, shard, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
@@ -145,7 +158,10 @@ Status ZeroHooks::Release(size_t i) {
   }
   if (--st.gathered > 0) return Status::Ok();
   STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
-  live_bytes_ -= o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+  const uint64_t bytes = o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+  live_bytes_ -= bytes;
+  param_bytes_ -= bytes;
+  pending_free_bytes_ += bytes;
   st.full = nullptr;
   o_.params[i]->set_data(nullptr);
   return Status::Ok();
@@ -157,6 +173,7 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   if (st.slot != nullptr) return Status::Ok();  // a tied parameter's second user
   nn::Parameter* p = o_.params[i];
   const size_t numel = static_cast<size_t>(p->numel());
+  STRATA_RETURN_IF_ERROR(Throttle(slot_bytes_, numel * sizeof(float), o_.slot_limit_bytes));
   Result<void*> slot = o_.device->Allocate(numel * sizeof(float));
   if (!slot.ok()) {
     return slot.status().WithContext("gradient slot of " + p->name() + " (" +
@@ -164,6 +181,7 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   }
   st.slot = static_cast<float*>(*slot);
   AddLive(numel * sizeof(float));
+  slot_bytes_ += numel * sizeof(float);
   STRATA_RETURN_IF_ERROR(LaunchFill(o_.compute, st.slot, DType::kFloat32, 0.0f, numel));
   p->set_grad(st.slot, DType::kFloat32);
   return Status::Ok();
@@ -174,6 +192,8 @@ Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
   if (!o_.partition_params) return LaunchFill(stream, slot, DType::kFloat32, 0.0f, numel);
   STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(stream, slot));
   live_bytes_ -= numel * sizeof(float);
+  slot_bytes_ -= numel * sizeof(float);
+  pending_free_bytes_ += numel * sizeof(float);
   state_[i].slot = nullptr;
   return Status::Ok();
 }
@@ -196,7 +216,10 @@ Status ZeroHooks::RegatherPersistent() {
     if (!st.persistent) continue;
     if (st.full != nullptr) {  // gathered already: refresh in place from the new shards
       STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
-      live_bytes_ -= o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+      const uint64_t bytes = o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
+      live_bytes_ -= bytes;
+      param_bytes_ -= bytes;
+      pending_free_bytes_ += bytes;
       st.full = nullptr;
     }
     st.persistent = false;  // Gather's fast path skips persistent parameters

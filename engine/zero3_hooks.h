@@ -54,6 +54,14 @@ struct ZeroHooksOptions {
   bool shards_on_host = false;
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
   GradReducer* reducer = nullptr;     // not owned
+  // The host enqueues ahead of the device, and a released buffer returns to the device only
+  // when its stream reaches the free: without a bound every module's gathered parameters and
+  // gradient slots could be outstanding at once. When the bytes held plus those freed but not
+  // yet returned would pass these limits, the hooks wait for the streams first (0: no limit).
+  // The engine sets them to what its memory plan counts (engine/memory_plan.h).
+  uint64_t param_limit_bytes = 0;  // gathered parameters (stage3_max_live_parameters)
+  uint64_t slot_limit_bytes = 0;   // fp32 gradient slots (reduce buckets + one parameter)
+  Stream comm_stream;              // where the reducer frees slots with overlap_comm (or invalid)
 };
 
 class ZeroHooks final : public nn::ModuleHooks {
@@ -93,12 +101,16 @@ class ZeroHooks final : public nn::ModuleHooks {
   Status Release(size_t i);
   Status AcquireSlot(size_t i);
   void AddLive(uint64_t bytes);
+  // Waits for the streams when `held + pending + bytes` would pass `limit` (see the options).
+  Status Throttle(uint64_t held, uint64_t bytes, uint64_t limit);
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
 
   ZeroHooksOptions o_;
   std::vector<ParamState> state_;
   std::unordered_map<const nn::Module*, std::vector<size_t>> uses_;
   uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
+  uint64_t param_bytes_ = 0, slot_bytes_ = 0;  // held now, by kind
+  uint64_t pending_free_bytes_ = 0;            // freed in stream order since the last wait
 };
 
 }  // namespace strata

@@ -138,7 +138,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"small",
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"cpu\"}",
-             "bf16"}),
+             "bf16"},
+        // The optimizer on NVMe (a relative nvme_path: under the test's working directory).
+        // Not yet for tiny: its pinned peak is 12% above the plan (2.6 MiB unexplained).
+        Case{"small",
+             "\"stage\": 3, \"sub_group_size\": 2e6, \"offload_optimizer\": {\"device\": "
+             "\"nvme\", \"nvme_path\": \"memory-plan-nvme\"}, \"offload_param\": "
+             "{\"device\": \"cpu\"}",
+             "fp32"}),
     CaseName);
 
 TEST(MemoryPlanTest, FollowsTheZeroFormulasForMixedPrecisionAdam) {
