@@ -369,10 +369,12 @@ void ReadZero(const Section& top, ZeroConfig* out) {
                "= \"" + std::string(OffloadDeviceName(oo.device)) +
                    "\" needs ZeRO stage 1, 2 or 3; stage is 0");
   }
-  if (oo.device == OffloadDevice::kNvme && out->stage != 3 && out->stage != 0) {
-    ctx->Error(
-        "zero_optimization.offload_optimizer.device",
-        "= \"nvme\" needs ZeRO stage 3 (ZeRO-Infinity); stage is " + std::to_string(out->stage));
+  if (oo.device == OffloadDevice::kNvme && (out->stage == 1 || out->stage == 2)) {
+    // DeepSpeed offers NVMe only at stage 3 (ZeRO-Infinity); Strata's engine swaps the
+    // optimizer state per sub-group the same way at stages 1 and 2.
+    ctx->Warning("zero_optimization.offload_optimizer.device",
+                 "= \"nvme\" at stage " + std::to_string(out->stage) +
+                     ": Strata runs it; DeepSpeed only accepts it at stage 3");
   }
   if (oo.ratio < 1.0) {
     if (out->stage != 3) {

@@ -157,7 +157,6 @@ std::string ConfigJson(const Options& o, int stage, const std::string& offload,
 
 std::string Disallowed(int stage, const std::string& offload) {
   if (stage == 0 && offload != "none") return "offload needs ZeRO stage 1-3";
-  if (stage < 3 && offload == "nvme") return "nvme offload needs ZeRO stage 3";
   return "";
 }
 

@@ -42,7 +42,7 @@ TEST(EstimateCliTest, JsonListsEveryPlacementWithPerTierBytes) {
       EXPECT_GT(p["per_rank_bytes"]["pinned_cpu"].get<uint64_t>(), 0u);
     }
   }
-  EXPECT_EQ(valid, 8);  // 0 x none, 1-2 x none/cpu, 3 x none/cpu/nvme
+  EXPECT_EQ(valid, 10);  // 0 x none, 1-3 x none/cpu/nvme
   // World 1 moves nothing in stage 0 without offload: it is the least traffic.
   EXPECT_EQ(j["best"]["stage"], 0);
   EXPECT_EQ(j["best"]["offload"], "none");

@@ -1,7 +1,7 @@
 // The engine with offload_optimizer.device = nvme (master + moments swapped per sub-group through
 // the pipelined swapper): bit-identical parameters and losses to stage 0 with nothing offloaded,
-// for stage 3 (the config refuses nvme below stage 3, as DeepSpeed does) with the parameters on
-// the device or the CPU, fp32 and bf16, pipelining on and off; a checkpoint save/resume with the
+// at stages 1 and 2 (which DeepSpeed does not offer) and 3 with the parameters on the device or
+// the CPU, fp32 and bf16, pipelining on and off; a checkpoint save/resume with the
 // state on NVMe equal bitwise to the uninterrupted run; the fit check at Initialize; and the trace.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -120,14 +120,14 @@ TEST_P(EngineNvmeSameMathTest, EqualsStageZeroWithNothingOffloadedBitwise) {
 constexpr DType kF32 = DType::kFloat32;
 constexpr DType kBf16 = DType::kBFloat16;
 
-INSTANTIATE_TEST_SUITE_P(Placements, EngineNvmeSameMathTest,
-                         ::testing::Values(NvmeCase{3, kF32, false}, NvmeCase{3, kF32, true},
-                                           NvmeCase{3, kBf16, false}, NvmeCase{3, kBf16, true},
-                                           NvmeCase{3, kF32, false, "cpu"},
-                                           NvmeCase{3, kF32, true, "cpu"},
-                                           NvmeCase{3, kBf16, false, "cpu"},
-                                           NvmeCase{3, kBf16, true, "cpu"}),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Placements, EngineNvmeSameMathTest,
+    ::testing::Values(NvmeCase{1, kF32, true}, NvmeCase{2, kBf16, true}, NvmeCase{2, kF32, false},
+                      NvmeCase{3, kF32, false}, NvmeCase{3, kF32, true}, NvmeCase{3, kBf16, false},
+                      NvmeCase{3, kBf16, true}, NvmeCase{3, kF32, false, "cpu"},
+                      NvmeCase{3, kF32, true, "cpu"}, NvmeCase{3, kBf16, false, "cpu"},
+                      NvmeCase{3, kBf16, true, "cpu"}),
+    CaseName);
 
 // Every parameter's master | exp_avg | exp_avg_sq from a saved checkpoint.
 std::vector<std::vector<float>> ReadArrays(const std::string& dir, const std::string& tag) {
@@ -205,7 +205,7 @@ TEST_P(EngineNvmeCheckpointTest, NvmeCheckpointLoadsIntoCpuOffloadBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Placements, EngineNvmeCheckpointTest,
                          ::testing::Values(NvmeCase{3, kF32, true, "cpu"},
-                                           NvmeCase{3, kBf16, false}),
+                                           NvmeCase{3, kBf16, false}, NvmeCase{2, kBf16, true}),
                          CaseName);
 
 TEST(EngineFitCheckTest, CappedDeviceFailsAtInitializeWithTheTierTable) {
