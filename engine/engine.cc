@@ -289,11 +289,13 @@ Status Engine::Forward(const nn::TokenBatch& micro_batch) {
   }
   {
     TraceSpan span(im.tracer.get(), "forward", "engine");
+    STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
+    STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
+    STRATA_RETURN_IF_ERROR(begin.Record(im.compute));
     STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
-    // Waited for here so the breakdown's forward is the forward's (the loss read waits anyway).
-    STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+    STRATA_RETURN_IF_ERROR(end.Record(im.compute));
+    im.forward_events.emplace_back(std::move(begin), std::move(end));
   }
-  im.breakdown.forward_ms += NowMs() - t0;
   impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();
 }
@@ -302,15 +304,17 @@ Status Engine::Backward() {
   nn::RunContext ctx{&device_, impl_->compute, true};
   const double gas =
       static_cast<double>(std::max<int64_t>(1, config_.batch.gradient_accumulation_steps));
-  const double t0 = NowMs();
   {
     TraceSpan span(impl_->tracer.get(), "backward", "engine");
+    STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
+    STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
+    STRATA_RETURN_IF_ERROR(begin.Record(impl_->compute));
     STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
     ++stats_.micro_steps;
     if (config_.zero.stage >= 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
-    STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());  // as Forward: the breakdown's backward
+    STRATA_RETURN_IF_ERROR(end.Record(impl_->compute));
+    impl_->backward_events.emplace_back(std::move(begin), std::move(end));
   }
-  impl_->breakdown.backward_ms += NowMs() - t0;
   impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/units.h"
@@ -30,8 +31,12 @@ struct Engine::Impl {
   StepBreakdown breakdown;
   StepBreakdown last_breakdown;
   double step_begin_ms = -1;  // steady-clock milliseconds of the step's first Forward
-  Stream compute;             // the model's forward/backward and the engine's copies
-  Stream comm;                // collectives (ordered after compute with events)
+  // Timing events around each forward and backward on the compute stream, read at the step
+  // (after its synchronisation), so the breakdown times the device's work without the host
+  // waiting for it at every micro-step.
+  std::vector<std::pair<Event, Event>> forward_events, backward_events;
+  Stream compute;  // the model's forward/backward and the engine's copies
+  Stream comm;     // collectives (ordered after compute with events)
   int part_world = 1;
 
   // Device buffers (owned; freed by Release).

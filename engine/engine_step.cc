@@ -87,6 +87,17 @@ Status Engine::Step() {
   }
   const double t1 = NowMs();
   im.breakdown.step_ms += t1 - t0;
+  // The step synchronised the compute stream: every forward/backward event has completed.
+  if (im.compute.Synchronize().ok()) {
+    for (const auto& [b, e] : im.forward_events) {
+      if (Result<float> ms = Event::ElapsedMs(b, e); ms.ok()) im.breakdown.forward_ms += *ms;
+    }
+    for (const auto& [b, e] : im.backward_events) {
+      if (Result<float> ms = Event::ElapsedMs(b, e); ms.ok()) im.breakdown.backward_ms += *ms;
+    }
+  }
+  im.forward_events.clear();
+  im.backward_events.clear();
   if (im.step_begin_ms >= 0) im.breakdown.total_ms = t1 - im.step_begin_ms;
   im.last_breakdown = im.breakdown;
   im.breakdown = StepBreakdown{};
