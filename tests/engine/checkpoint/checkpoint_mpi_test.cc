@@ -15,6 +15,7 @@
 
 #include "engine/comm/registry.h"
 #include "tests/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/engine/comm/mpi_test_main.h"
 #include "tests/support/status_matchers.h"
 
 namespace strata {
@@ -23,7 +24,6 @@ namespace {
 using ::strata::testing::IsOk;
 
 constexpr double kTolerance = 1e-5;
-Communicator* g_world = nullptr;
 
 // One rank's batches (batch 2: rank r takes 2s + r at step s) and the world-1 batches holding
 // both (batch 4).
@@ -72,7 +72,7 @@ Status Barrier(Communicator& comm) {
 }
 
 TEST(CheckpointMpiTest, WorldTwoCheckpointContinuesOnWorldOne) {
-  Communicator& comm = *g_world;
+  Communicator& comm = testing::World();
   ASSERT_EQ(comm.world_size(), 2) << "run under mpirun -np 2";
   const Data d = MakeData();
   const std::string dir = SharedDir("2to1");
@@ -98,7 +98,7 @@ TEST(CheckpointMpiTest, WorldTwoCheckpointContinuesOnWorldOne) {
 }
 
 TEST(CheckpointMpiTest, WorldOneCheckpointContinuesOnWorldTwo) {
-  Communicator& comm = *g_world;
+  Communicator& comm = testing::World();
   const Data d = MakeData();
   const std::string dir = SharedDir("1to2");
   std::vector<std::vector<float>> same_world;
@@ -130,24 +130,3 @@ TEST(CheckpointMpiTest, WorldOneCheckpointContinuesOnWorldTwo) {
 
 }  // namespace
 }  // namespace strata
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  strata::CommOptions options;
-  options.backend = strata::CommBackend::kMpi;
-  options.timeout_s = 120;
-  auto comm = strata::CreateCommunicator(options);
-  if (!comm.ok()) {
-    std::fprintf(stderr, "communicator: %s\n", comm.status().ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<strata::Communicator> world = std::move(comm).value();
-  strata::g_world = world.get();
-  if (world->rank() != 0) {
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  world.reset();
-  return rc;
-}

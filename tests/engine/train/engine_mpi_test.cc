@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "engine/comm/registry.h"
+#include "tests/engine/comm/mpi_test_main.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
 
@@ -20,8 +21,6 @@ namespace strata {
 namespace {
 
 using ::strata::testing::IsOk;
-
-Communicator* g_world = nullptr;
 
 struct Placement {
   int stage = 0;
@@ -140,7 +139,7 @@ std::vector<Placement> Matrix(DType dtype) {
 }
 
 TEST(EngineMpiTest, StagesWithTheSameReductionAgreeBitwise) {
-  Communicator& comm = *g_world;
+  Communicator& comm = testing::World();
   ASSERT_GE(comm.world_size(), 2) << "run under mpirun -np 2 or 3";
   const testing::TokenData data = testing::RandomTokens(31, 9, 2, 16, 256);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
@@ -174,7 +173,7 @@ TEST(EngineMpiTest, StagesWithTheSameReductionAgreeBitwise) {
 // steps, so the weights may differ by ~1e-8 plus 3 * lr * 1e-6 |g|max — well under 1e-6. A
 // missing 1 / world or a gradient counted twice changes the first update by ~lr * |g| ~ 1e-4.
 TEST(EngineMpiTest, EveryStageAgreesWithOneRankHoldingTheGlobalBatch) {
-  Communicator& comm = *g_world;
+  Communicator& comm = testing::World();
   const int world = comm.world_size();
   const testing::TokenData data =
       testing::RandomTokens(41, static_cast<size_t>(3 * world), 2, 16, 256);
@@ -190,7 +189,7 @@ TEST(EngineMpiTest, EveryStageAgreesWithOneRankHoldingTheGlobalBatch) {
 }
 
 TEST(EngineMpiTest, DataParallelGradientEqualsOneRankWithAllBatches) {
-  Communicator& comm = *g_world;
+  Communicator& comm = testing::World();
   const int world = comm.world_size();
   const testing::TokenData data = testing::RandomTokens(37, static_cast<size_t>(world), 2, 16, 256);
   const RunOutcome many =
@@ -206,24 +205,3 @@ TEST(EngineMpiTest, DataParallelGradientEqualsOneRankWithAllBatches) {
 
 }  // namespace
 }  // namespace strata
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  strata::CommOptions options;
-  options.backend = strata::CommBackend::kMpi;
-  options.timeout_s = 120;
-  auto comm = strata::CreateCommunicator(options);
-  if (!comm.ok()) {
-    std::fprintf(stderr, "communicator: %s\n", comm.status().ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<strata::Communicator> world = std::move(comm).value();
-  strata::g_world = world.get();
-  if (world->rank() != 0) {
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());  // rank 0 prints; failures still fail the run
-  }
-  const int rc = RUN_ALL_TESTS();
-  world.reset();
-  return rc;
-}
