@@ -16,23 +16,14 @@
 namespace strata {
 namespace {
 
+using ::strata::testing::SameBits;
+
 using ::strata::testing::IsOk;
 using ::strata::testing::Placement;
 using ::strata::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kGas = 2;
-
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 class CheckpointResumeTest : public ::testing::TestWithParam<Placement> {};
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "engine/comm/registry.h"
@@ -110,6 +111,17 @@ std::vector<std::vector<float>> TrainAndGather(Engine& engine, const TokenData& 
     out.push_back(std::move(v));
   }
   return out;
+}
+
+bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace strata::testing

@@ -54,4 +54,7 @@ std::vector<std::vector<float>> TrainAndGather(Engine& engine, const TokenData& 
                                                int64_t gas, std::vector<float>* losses = nullptr,
                                                size_t first_batch = 0, size_t batch_stride = 1);
 
+// True if both hold the same arrays with the same bits (per-parameter values of two runs).
+bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b);
+
 }  // namespace strata::testing

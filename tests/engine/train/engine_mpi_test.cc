@@ -20,6 +20,8 @@
 namespace strata {
 namespace {
 
+using ::strata::testing::SameBits;
+
 using ::strata::testing::IsOk;
 
 struct Placement {
@@ -100,17 +102,6 @@ testing::TokenData GlobalBatches(const testing::TokenData& data, int world) {
     g.ids.push_back(std::move(ids));
   }
   return g;
-}
-
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 double MaxAbsDiff(const std::vector<std::vector<float>>& a,

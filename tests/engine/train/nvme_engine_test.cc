@@ -22,6 +22,8 @@
 namespace strata {
 namespace {
 
+using ::strata::testing::SameBits;
+
 using ::strata::testing::IsOk;
 using ::strata::testing::ScratchDir;
 using ::strata::testing::StatusIs;
@@ -78,17 +80,6 @@ EngineRun MakeEngine(Communicator& comm, DType dtype, const std::string& zero, u
   EXPECT_THAT(e.status(), IsOk());
   if (e.ok()) r.engine = std::move(e).value();
   return r;
-}
-
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 class EngineNvmeSameMathTest : public ::testing::TestWithParam<NvmeCase> {};
