@@ -149,27 +149,23 @@ Status Engine::Place(const EngineInit& init) {
     STRATA_RETURN_IF_ERROR(
         LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));
   }
-  if (stage3 && z.offload_param.device == OffloadDevice::kCpu) {
-    PinnedPoolOptions po;
-    po.buffer_bytes = std::max<size_t>(part_bytes, 64);
-    po.buffer_count = 1;
-    po.lock = z.offload_param.pin_memory;
-    po.device = &device_;
-    po.budget = im.budget;
-    po.name = "parameter shards (offload_param cpu)";
-    STRATA_ASSIGN_OR_RETURN(im.param_pool, PinnedPool::Create(po));
-    im.param_shards = im.param_pool->Acquire();
-    std::memset(im.param_shards.data(), 0, part_bytes);
-    im.shards = im.param_shards.data();
-    im.shards_on_host = true;
-    im.cpu_bytes += im.param_pool->buffer_bytes();
+  if (stage3) {
+    STRATA_ASSIGN_OR_RETURN(ParamStoreOptions so,
+                            ParamStoreOptionsFromConfig(config_, comm_.rank()));
+    so.device = &device_;
+    so.layout = &layout_;
+    so.dtype = compute_dtype_;
+    so.budget = im.budget;
+    STRATA_ASSIGN_OR_RETURN(im.store, ParamStore::Create(so));
+    im.shards = im.store->flat();
+    im.shards_on_host = im.store->on_host();
+    if (im.store->tier() == Tier::kDevice) im.shard_flat = im.shards;
+    im.cpu_bytes += im.store->cpu_bytes();
   } else {
-    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, part_bytes,
-                                          stage3 ? "parameter shards" : "updated parameter shards",
-                                          &im.shard_flat));
+    STRATA_RETURN_IF_ERROR(
+        im.AllocDevice(device_, part_bytes, "updated parameter shards", &im.shard_flat));
     STRATA_RETURN_IF_ERROR(
         LaunchFill(im.compute, im.shard_flat, compute_dtype_, 0.0f, layout_.partition_numel()));
-    if (stage3) im.shards = im.shard_flat;
   }
 
   // Optimizer state and the fp32 gradient partition it steps on.
@@ -197,14 +193,20 @@ Status Engine::Place(const EngineInit& init) {
   // With the shards in pinned CPU memory the optimizer writes them in place.
   if (!im.host_opt) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
-    im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;
+    im.param_copy = im.shard_flat;
+    if (im.store != nullptr && im.shards == nullptr) {
+      return InvalidArgumentError(
+          "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or "
+          "nvme (the optimizer writes the updated shards from host memory)");
+    }
+    if (im.shards_on_host) im.param_copy = im.shards;
   } else {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
                                           "gradient partition (fp32)", &im.grad_partition_dev));
     im.grad_partition = im.grad_partition_dev;
     STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
                                       layout_.partition_numel()));
-    if (im.shards_on_host) {
+    if (im.shards_on_host && im.shards != nullptr) {
       im.param_copy = im.shards;
     } else {
       PinnedPoolOptions po;
@@ -256,13 +258,13 @@ Status Engine::InitializeValues(const ParamInitFn& init) {
     STRATA_RETURN_IF_ERROR(WriteMaster(
         s.flat_offset, std::span<const float>(values).subspan(s.param_offset, s.valid_numel)));
     // The compute copy starts as the master rounded once, as every later write-back is.
-    if (impl_->shards == nullptr) {
+    if (impl_->store == nullptr) {
       STRATA_RETURN_IF_ERROR(
           nn::UploadParameter(impl_->compute, p, values.data(), DType::kFloat32, values.size()));
     }
   }
   if (impl_->nvme_opt != nullptr) STRATA_RETURN_IF_ERROR(impl_->nvme_opt->Flush());
-  if (impl_->shards != nullptr) {  // stage 3: the shards, then the persistent parameters
+  if (impl_->store != nullptr) {  // stage 3: the shards, then the persistent parameters
     STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(impl_->hooks->RegatherPersistent());
     STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
@@ -343,15 +345,13 @@ Status Engine::WriteMaster(size_t flat_begin, std::span<const float> in) {
 Status Engine::WriteShardsFromMasterState() {
   Impl& im = *impl_;
   STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
-  const size_t cbytes = DTypeBytes(compute_dtype_);
   std::vector<float> master;
   for (const SubGroup& g : im.sub_groups) {
     const size_t n = g.flat_end - g.flat_begin;
     master.resize(n);
     STRATA_RETURN_IF_ERROR(ReadMaster(g.flat_begin, master));
-    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(
-        master.data(), n, compute_dtype_, static_cast<uint8_t*>(im.shards) + g.flat_begin * cbytes,
-        im.shards_on_host, im.compute));
+    STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(master.data(), g.flat_begin, n, compute_dtype_,
+                                                 *im.store, im.compute));
   }
   return Status::Ok();
 }

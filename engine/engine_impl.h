@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/grad_reducer.h"
 #include "engine/optimizer_nvme.h"
+#include "engine/param_store.h"
 #include "engine/step_breakdown.h"
 #include "engine/trace.h"
 #include "engine/zero3_hooks.h"
@@ -57,12 +58,12 @@ struct Engine::Impl {
   std::unique_ptr<PinnedPool> staging_pool;
   PinnedBuffer staging;
 
-  // Stage 3: where this rank's compute-dtype shards live between uses (shard_flat, or a pinned
-  // CPU buffer with offload_param.device = cpu).
+  // Stage 3: where this rank's compute-dtype shards live between uses (device memory, pinned CPU
+  // memory with offload_param.device = cpu, NVMe with nvme); null below stage 3. `shards` is its
+  // flat array when it has one (the in-memory tiers: the optimizer writes it in place), else null.
+  std::unique_ptr<ParamStore> store;
   void* shards = nullptr;
   bool shards_on_host = false;
-  std::unique_ptr<PinnedPool> param_pool;
-  PinnedBuffer param_shards;
   // Stages 2-3: gradient reduction and the module hooks (stage 3: gather/release).
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<ZeroHooks> hooks;
@@ -108,7 +109,7 @@ struct Engine::Impl {
     hooks.reset();  // frees gathered parameters and slots (the model's hooks are removed)
     reducer.reset();
     staging.Release();
-    param_shards.Release();
+    store.reset();
     for (auto& [p, bytes] : owned) device.Free(p).IgnoreError();
     owned.clear();
     if (compute.valid()) device.DestroyStream(compute).IgnoreError();

@@ -220,7 +220,11 @@ Status Engine::ZeroGradients() {
 Status Engine::WriteBackParameters() {
   Impl& im = *impl_;
   const size_t cbytes = DTypeBytes(compute_dtype_);
-  if (im.host_opt && !im.shards_on_host) {
+  if (im.store != nullptr && im.shards == nullptr) {  // shards without a flat array (NVMe)
+    TraceSpan span(im.tracer.get(), im.compute_track, "write param shards", "copy");
+    STRATA_RETURN_IF_ERROR(
+        im.store->Write(0, im.param_copy, layout_.partition_numel(), im.compute));
+  } else if (im.host_opt && !im.shards_on_host) {
     TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
     const double t = NowMs();
     STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
@@ -229,7 +233,7 @@ Status Engine::WriteBackParameters() {
     Lap(t, &im.breakdown.h2d_ms);
     im.breakdown.h2d_bytes += layout_.partition_numel() * cbytes;
   }
-  if (im.shards != nullptr) {  // stage 3: the shards are the parameters; the next use gathers
+  if (im.store != nullptr) {  // stage 3: the shards are the parameters; the next use gathers
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
     return im.compute.Synchronize();
   }
@@ -289,7 +293,7 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
 
 Status Engine::SyncParametersFromMaster() {
   Impl& im = *impl_;
-  if (im.shards != nullptr) {  // stage 3: rewrite this rank's shards; no gather needed
+  if (im.store != nullptr) {  // stage 3: rewrite this rank's shards; no gather needed
     STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());
     return im.compute.Synchronize();

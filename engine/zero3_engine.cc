@@ -31,8 +31,7 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   ho.layout = &layout;
   ho.dtype = dtype;
   ho.partition_params = z.stage == 3;
-  ho.shards = shards;
-  ho.shards_on_host = shards_on_host;
+  ho.store = store.get();
   ho.persistence_threshold = z.param_persistence_threshold;
   ho.reducer = reducer.get();
   if (z.stage == 3) {  // the bounds engine/memory_plan.cc counts for stage 3
@@ -56,8 +55,8 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
 }
 
 void Engine::Impl::FillMemoryStats(const OptimizerState* opt, EngineStats* stats) const {
-  const uint64_t fixed =
-      device_bytes + (opt != nullptr && opt->tier() == Tier::kDevice ? opt->size_bytes() : 0);
+  const uint64_t fixed = device_bytes + (store != nullptr ? store->device_bytes() : 0) +
+                         (opt != nullptr && opt->tier() == Tier::kDevice ? opt->size_bytes() : 0);
   const uint64_t live = hooks != nullptr ? hooks->live_bytes() : 0;
   const uint64_t peak = hooks != nullptr ? hooks->peak_live_bytes() : 0;
   stats->device_bytes = fixed + live;

@@ -10,7 +10,7 @@ namespace strata {
 
 Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const ZeroHooksOptions& o) {
   if (o.comm == nullptr || o.device == nullptr || o.layout == nullptr || o.reducer == nullptr ||
-      (o.partition_params && o.shards == nullptr)) {
+      (o.partition_params && o.store == nullptr)) {
     return InvalidArgumentError(
         "zero hooks: communicator, device, layout, reducer (and shards at "
         "stage 3) are required");
@@ -128,9 +128,10 @@ Status ZeroHooks::Gather(size_t i) {
   st.full = *full;
   AddLive(bytes);
   param_bytes_ += bytes;
-  const uint8_t* shard = static_cast<const uint8_t*>(o_.shards) + s.flat_offset * cbytes;
+  STRATA_ASSIGN_OR_RETURN(ShardView view, o_.store->Acquire(i));
+  const void* shard = view.data;
   const Stream& c = o_.compute;
-  if (o_.shards_on_host) {  // offload_param cpu: the shard crosses the link first
+  if (view.on_host) {  // offload_param cpu/nvme: the shard crosses the link first
     Result<void*> staged = o_.device->Allocate(s.shard_numel * cbytes);
     if (!staged.ok()) {
       return staged.status().WithContext("staging the shard of " + p->name());
@@ -145,6 +146,7 @@ Status ZeroHooks::Gather(size_t i) {
     STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, shard, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
   }
+  STRATA_RETURN_IF_ERROR(o_.store->Done(i, c));
   p->set_data(st.full);
   return Status::Ok();
 }

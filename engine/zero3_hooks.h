@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/grad_reducer.h"
+#include "engine/param_store.h"
 #include "engine/partition.h"
 #include "nn/module.h"
 #include "offload/device/device.h"
@@ -47,11 +48,10 @@ struct ZeroHooksOptions {
   std::vector<nn::Parameter*> params;  // the root's NamedParameters()
   const PartitionLayout* layout = nullptr;
   DType dtype = DType::kFloat32;  // compute dtype of parameters and shards
-  // Stage 3: parameters partitioned; `shards` is this rank's flat compute-dtype partition
-  // (layout order), in host memory if shards_on_host (offload_param.device = cpu), else device.
+  // Stage 3: parameters partitioned; `store` holds this rank's compute-dtype shards (device,
+  // pinned CPU or NVMe: engine/param_store.h). Not owned.
   bool partition_params = false;
-  const void* shards = nullptr;
-  bool shards_on_host = false;
+  ParamStore* store = nullptr;
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
   GradReducer* reducer = nullptr;     // not owned
   // The host enqueues ahead of the device, and a released buffer returns to the device only

@@ -8,8 +8,8 @@
 
 namespace strata {
 
-Status WriteShardsFromMaster(const float* master, size_t numel, DType dtype, void* shards,
-                             bool shards_on_host, const Stream& stream) {
+Status WriteShardsFromMaster(const float* master, size_t flat_begin, size_t numel, DType dtype,
+                             ParamStore& store, const Stream& stream) {
   // Through host memory: `master` may be memory of a host-accessible device (HostDevice) that a
   // host-to-device copy must not name as its source.
   std::vector<uint8_t> host(numel * DTypeBytes(dtype));
@@ -21,14 +21,7 @@ Status WriteShardsFromMaster(const float* master, size_t numel, DType dtype, voi
       h[i] = dtype == DType::kBFloat16 ? FloatToBf16(master[i]) : FloatToFp16(master[i]);
     }
   }
-  const void* src = host.data();
-  const size_t bytes = numel * DTypeBytes(dtype);
-  if (shards_on_host) {
-    std::memcpy(shards, src, bytes);
-    return Status::Ok();
-  }
-  STRATA_RETURN_IF_ERROR(stream.CopyAsync(shards, src, bytes, CopyKind::kHostToDevice));
-  return stream.Synchronize();  // `host` dies here
+  return store.Write(flat_begin, host.data(), numel, stream);  // waits: `host` dies here
 }
 
 }  // namespace strata

@@ -8,14 +8,14 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "engine/param_store.h"
 #include "offload/device/stream.h"
 
 namespace strata {
 
-// shards[0, numel) = master[0, numel) as `dtype`. `master` is host-addressable; `shards` is
-// host memory if shards_on_host, else device memory of `stream`'s device (copied H2D, then
-// synchronized).
-Status WriteShardsFromMaster(const float* master, size_t numel, DType dtype, void* shards,
-                             bool shards_on_host, const Stream& stream);
+// The store's flat range [flat_begin, flat_begin + numel) = master[0, numel) as `dtype`.
+// `master` is host-addressable; the store's Write puts it wherever the shards live.
+Status WriteShardsFromMaster(const float* master, size_t flat_begin, size_t numel, DType dtype,
+                             ParamStore& store, const Stream& stream);
 
 }  // namespace strata
