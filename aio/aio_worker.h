@@ -20,6 +20,10 @@
 #include "aio/aligned_buffer.h"
 #include "aio/io_engine.h"
 
+namespace strata {
+class Tracer;
+}  // namespace strata
+
 namespace strata::internal {
 
 class AioWorker {
@@ -70,6 +74,10 @@ class AioWorker {
   void OnReapError(const Status& error);
   void TearDown(const Status& cause);
   IoRequest MakeRequest(int slot) const;
+  // Trace spans (Note [A traced batch] in aio_worker.cc); nothing when CurrentTracer() is null.
+  void OpenTraceBatch();
+  void AddToTraceBatch(const Segment& seg);
+  void EndTraceBatch();
 
   const int index_;
   const AioOptions options_;
@@ -97,6 +105,15 @@ class AioWorker {
   std::vector<IoCompletion> completions_;
   int inflight_ = 0;
   std::vector<int64_t> latencies_ns_;
+  struct TraceBatch {
+    Tracer* tracer = nullptr;  // null: no batch open
+    double begin_us = 0;
+    uint64_t read_bytes = 0, write_bytes = 0;
+    int segments = 0;
+    std::string file;  // the first segment's path
+    bool many_files = false;
+  };
+  TraceBatch trace_;
 
   std::thread thread_;
 };

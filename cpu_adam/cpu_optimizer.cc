@@ -5,6 +5,7 @@
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "core/trace.h"
 #include "cpu_adam/kernel_table.h"
 
 namespace strata {
@@ -163,6 +165,28 @@ internal::StepCoeffs MakeCoeffs(OptimizerKind kind, const Hyperparams& hp, int64
   return c;
 }
 
+// Note [Adam worker tracks]
+// With a current tracer (core/trace.h), each chunk of tiles a thread runs is one span "adam
+// chunk" (elements, tiles) on the logical track "adam worker <slot>", slot = the thread's index
+// in the oneTBB arena running the step (0 for the caller), so the caller's chunks show apart from
+// its own spans and each slot's chunks never overlap. Two optimizers stepping at once in
+// different arenas share the slot tracks. The tracer is loaded once per step: tracing off costs
+// one relaxed load per step and one branch per chunk.
+void TraceChunk(Tracer& tracer, double begin_us, size_t tiles, size_t numel) {
+  const int slot = std::max(0, tbb::this_task_arena::current_thread_index());
+  thread_local uint64_t cached_tracer = 0;
+  thread_local int cached_slot = -1;
+  thread_local int cached_track = 0;
+  if (cached_tracer != tracer.id() || cached_slot != slot) {
+    cached_track = tracer.Track("adam worker " + std::to_string(slot));
+    cached_tracer = tracer.id();
+    cached_slot = slot;
+  }
+  const TraceArg args[] = {{"elements", static_cast<double>(numel)},
+                           {"tiles", static_cast<double>(tiles)}};
+  tracer.Complete(cached_track, "adam chunk", "adam", begin_us, tracer.NowUs(), args);
+}
+
 }  // namespace
 
 Result<CpuOptimizer> CpuOptimizer::Create(OptimizerKind kind, const CpuOptimizerOptions& options) {
@@ -294,13 +318,18 @@ Status CpuOptimizer::StepAt(const Hyperparams& hp, int64_t step, const StepTenso
   const size_t tile = options_.tile_numel;
   const size_t num_tiles = (t.numel + tile - 1) / tile;
   const TileDoneFn& done = options.on_tile_done;
+  Tracer* const tracer = CurrentTracer();  // Note [Adam worker tracks]
   auto run_tiles = [&](size_t first, size_t last) {
+    const double begin_us = tracer != nullptr ? tracer->NowUs() : 0.0;
+    size_t numel = 0;
     for (size_t i = first; i < last; ++i) {
       const size_t begin = i * tile;
       const size_t end = begin + tile < t.numel ? begin + tile : t.numel;
       fn(coeffs, args, begin, end);
       if (done) done(begin, end);
+      numel += end - begin;
     }
+    if (tracer != nullptr) TraceChunk(*tracer, begin_us, last - first, numel);
   };
   if (num_tiles == 1) {
     run_tiles(0, 1);

@@ -1,6 +1,6 @@
 // The Chrome trace writer: spans from several threads land on named tracks, nest as recorded, and
 // the file is JSON trace events; a disabled tracer writes nothing and records nothing.
-#include "engine/trace.h"
+#include "core/trace.h"
 
 #include <filesystem>
 #include <fstream>

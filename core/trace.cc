@@ -1,6 +1,5 @@
-#include "engine/trace.h"
+#include "core/trace.h"
 
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,16 +17,25 @@ namespace {
 constexpr int kFirstNamedTrack = 1 << 20;
 
 std::atomic<int> next_thread_track{1};
+std::atomic<uint64_t> next_tracer_id{1};
 
 }  // namespace
+
+void SetCurrentTracer(Tracer* tracer) {
+  if (tracer != nullptr && !tracer->enabled()) tracer = nullptr;
+  internal::g_current_tracer.store(tracer, std::memory_order_release);
+}
 
 Tracer::Tracer(std::string path, int pid)
     : enabled_(!path.empty()),
       path_(std::move(path)),
       pid_(pid),
+      id_(next_tracer_id.fetch_add(1, std::memory_order_relaxed)),
       start_(std::chrono::steady_clock::now()) {}
 
 Tracer::~Tracer() {
+  Tracer* self = this;
+  internal::g_current_tracer.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
   if (!enabled_) return;
   bool pending;
   {
@@ -51,6 +59,13 @@ void Tracer::NameThisThread(std::string name) {
   track_names_[tid] = std::move(name);
 }
 
+void Tracer::NameThisThreadIfUnnamed(std::string_view name) {
+  if (!enabled_) return;
+  const int tid = ThisThreadTrack();
+  std::lock_guard lock(mu_);
+  track_names_.try_emplace(tid, name);
+}
+
 int Tracer::Track(std::string_view name) {
   if (!enabled_) return 0;
   std::lock_guard lock(mu_);
@@ -63,7 +78,8 @@ int Tracer::Track(std::string_view name) {
 }
 
 void Tracer::Complete(int track, std::string_view name, std::string_view category, double begin_us,
-                      double end_us, std::span<const TraceArg> args) {
+                      double end_us, std::span<const TraceArg> args, const char* text_key,
+                      std::string_view text) {
   if (!enabled_) return;
   Event e;
   e.name = std::string(name);
@@ -73,6 +89,10 @@ void Tracer::Complete(int track, std::string_view name, std::string_view categor
   e.tid = track;
   e.args.reserve(args.size());
   for (const TraceArg& a : args) e.args.emplace_back(a.key, a.value);
+  if (text_key != nullptr) {
+    e.text_key = text_key;
+    e.text = std::string(text);
+  }
   std::lock_guard lock(mu_);
   events_.push_back(std::move(e));
 }
@@ -102,9 +122,10 @@ Status Tracer::Flush() {
     for (const Event& e : events_) {
       nlohmann::json j = {{"ph", "X"},       {"name", e.name}, {"cat", e.category}, {"ts", e.ts_us},
                           {"dur", e.dur_us}, {"pid", pid_},    {"tid", e.tid}};
-      if (!e.args.empty()) {
+      if (!e.args.empty() || e.text_key != nullptr) {
         nlohmann::json a = nlohmann::json::object();
         for (const auto& [k, v] : e.args) a[k] = v;
+        if (e.text_key != nullptr) a[e.text_key] = e.text;
         j["args"] = std::move(a);
       }
       events.push_back(std::move(j));
