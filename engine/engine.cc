@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "engine/engine_impl.h"
 #include "engine/memory_plan.h"
+#include "engine/partial_offload.h"
 #include "engine/zero3_shards.h"
 #include "offload/device/kernels.h"
 
@@ -62,16 +63,15 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
                                                    Communicator& comm, Device& device,
                                                    const EngineInit& init) {
   const ZeroConfig& z = config.zero;
-  if (z.offload_param.device == OffloadDevice::kNvme) {
-    return UnimplementedError(
-        "zero_optimization.offload_param.device = nvme: not built yet (issue #15; none and cpu "
-        "are)");
+  // Before anything is allocated (the swap buffers can be large): the optimizer must write the
+  // updated shards from host memory.
+  if (z.stage == 3 && z.offload_param.device == OffloadDevice::kNvme &&
+      z.offload_optimizer.device == OffloadDevice::kNone) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or "
+        "nvme (the optimizer writes the updated shards from host memory)");
   }
-  if (z.offload_optimizer.ratio != 1.0) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer.ratio < 1 (partial offload): not built yet (the "
-        "optimizer state is one array per tier; use ratio 1)");
-  }
+  STRATA_RETURN_IF_ERROR(CheckPartialOffload(z));  // offload_optimizer.ratio
   if (!init.init_param) return InvalidArgumentError("engine: EngineInit::init_param is required");
   std::unique_ptr<Engine> e(new Engine(model, config, comm, device));
   STRATA_RETURN_IF_ERROR(e->Place(init));
@@ -100,6 +100,10 @@ Status Engine::Place(const EngineInit& init) {
   im.budget = init.budget != nullptr ? init.budget : &im.own_budget;
   im.tracer = std::make_unique<Tracer>(config_.strata.trace_path, comm_.rank());
   im.compute_track = im.tracer->Track("stream compute");
+  // aio threads and Adam workers record into it (core/trace.h: Note [The current tracer]); it
+  // uninstalls itself when destroyed. No-op when strata.trace_path is unset.
+  im.tracer->NameThisThread("engine");
+  SetCurrentTracer(im.tracer.get());
 
   // Fit check: what this placement needs per tier against the device's free memory and the
   // CPU budget, before anything is allocated (OutOfMemory with the per-tier table).
@@ -186,8 +190,19 @@ Status Engine::Place(const EngineInit& init) {
     oo.tier = z.offload_optimizer.device == OffloadDevice::kCpu ? Tier::kCpu : Tier::kDevice;
     oo.pin_memory = z.offload_optimizer.pin_memory;
     im.hyperparams = oo.hyperparams;
+    // Partial offload (ratio < 1): the first sub-groups step on the device, on their gradients
+    // in place in the device gradient partition (engine/partial_offload.h).
+    oo.device_numel = PartialOffloadSplit(z, im.sub_groups);
+    if (oo.device_numel > 0) {
+      STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
+                                            "gradient partition (fp32)", &im.grad_partition_dev));
+      oo.device_grad = static_cast<float*>(im.grad_partition_dev);
+    }
     STRATA_ASSIGN_OR_RETURN(opt_, OptimizerState::Create(layout_, oo, &device_, im.budget));
-    if (oo.tier == Tier::kCpu) im.cpu_bytes += opt_->size_bytes();
+    if (oo.tier == Tier::kCpu) {
+      im.cpu_bytes += opt_->cpu_bytes();
+      im.device_bytes += opt_->device_bytes();  // the device sub-groups' master and moments
+    }
     im.host_opt = oo.tier == Tier::kCpu;
   }
   // With the shards in pinned CPU memory the optimizer writes them in place.
@@ -201,8 +216,10 @@ Status Engine::Place(const EngineInit& init) {
     }
     if (im.shards_on_host) im.param_copy = im.shards;
   } else {
-    STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
-                                          "gradient partition (fp32)", &im.grad_partition_dev));
+    if (im.grad_partition_dev == nullptr) {
+      STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
+                                            "gradient partition (fp32)", &im.grad_partition_dev));
+    }
     im.grad_partition = im.grad_partition_dev;
     STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
                                       layout_.partition_numel()));
@@ -225,6 +242,7 @@ Status Engine::Place(const EngineInit& init) {
   if (z.stage >= 2) {
     STRATA_RETURN_IF_ERROR(
         im.PlaceHooks(model_, z, comm_, device_, params_, layout_, compute_dtype_));
+    STRATA_RETURN_IF_ERROR(PlaceStepOverlap());
   }
 
   // Loss scaling and the LR schedule.
@@ -311,9 +329,11 @@ Status Engine::Backward() {
     STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(impl_->compute));
+    STRATA_RETURN_IF_ERROR(BeginOverlappedBackward());  // strata.overlap_step, at the boundary
     STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
     ++stats_.micro_steps;
     if (config_.zero.stage >= 2) STRATA_RETURN_IF_ERROR(ReduceMicroBatchGradients());
+    if (impl_->overlap != nullptr) impl_->overlap->EndBackward();
     STRATA_RETURN_IF_ERROR(end.Record(impl_->compute));
     impl_->backward_events.emplace_back(std::move(begin), std::move(end));
   }

@@ -29,9 +29,11 @@
 //             reduce_bucket_size (engine/grad_reducer.h); bitwise the same results.
 //   offload_optimizer.device = nvme (stages 1-3): master + moments on NVMe per sub-group
 //             (engine/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
-//             gradient partition in pinned CPU memory, as for cpu. offload_param.device = nvme
-//             is not built yet; Initialize says so (Unimplemented) instead of running something
-//             else.
+//             gradient partition in pinned CPU memory, as for cpu.
+//   offload_param.device = nvme (stage 3, with offload_optimizer cpu or nvme): each parameter
+//             shard on NVMe through swap/ParamSwapper (engine/param_store.h), read into pinned
+//             swap buffers when gathered; the updated shards are staged in pinned CPU memory and
+//             written back after the step.
 //
 // The step (DeepSpeed's order): reduce; fp16 overflow check (the step is skipped and the loss
 // scale backs off); global L2 norm of the averaged, unscaled gradients; clip factor as
@@ -89,13 +91,20 @@ struct EngineStats {
   uint64_t device_bytes = 0;
   uint64_t cpu_bytes = 0;
   uint64_t device_peak_bytes = 0;
+  // Stage 3's ParamCoordinator (engine/param_coordinator.h), since Initialize: modules that found
+  // their parameters gathered ahead (or kept) / had to gather them, bytes gathered ahead, trace
+  // invalidations, shard bytes whose NVMe read it started ahead; and the most non-persistent
+  // parameter elements gathered at once.
+  uint64_t prefetch_hits = 0, prefetch_misses = 0, prefetch_bytes = 0, trace_invalidations = 0;
+  uint64_t prefetch_read_bytes = 0;
+  uint64_t peak_live_param_numel = 0;
 };
 
 class Engine {
  public:
   // Places the model's parameters, builds the optimizer state and initialises both. Errors:
   // InvalidArgument for a config it cannot honour with this model (naming the key),
-  // Unimplemented for placements not built yet (offload_param nvme, offload_optimizer.ratio < 1),
+  // Unimplemented for placements not built yet,
   // OutOfMemory naming the tier (the memory plan of engine/memory_plan.h is checked against the
   // device's free memory and the CPU budget first: the error carries the per-tier table).
   static Result<std::unique_ptr<Engine>> Initialize(nn::CausalLM& model, const Config& config,
@@ -144,6 +153,12 @@ class Engine {
   // Writes the spans recorded so far to strata.trace_path (Ok, nothing written, when unset).
   Status FlushTrace();
 
+  // strata.overlap_step (engine/step_overlap.h): optimizer sub-groups updated during the boundary
+  // backward so far (cumulative, including updates later rolled back; may be read from any
+  // thread while a backward runs), and of those the ones finished before Backward returned.
+  int64_t overlapped_sub_groups() const;
+  int64_t early_sub_groups() const;
+
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
   Status Place(const EngineInit& init);
@@ -151,6 +166,9 @@ class Engine {
   Status ReduceMicroBatchGradients();  // stage 2
   Status ReduceBoundaryGradients();    // stages 0-1
   Status ApplyStep();
+  // strata.overlap_step (engine_overlap.cc): made at Place; armed before the boundary backward.
+  Status PlaceStepOverlap();
+  Status BeginOverlappedBackward();
   Status ZeroGradients();
   Status WriteBackParameters();
   // Elements of the fp32 master partition to / from host memory, whatever holds it (the

@@ -12,6 +12,7 @@
 #include "engine/optimizer_nvme.h"
 #include "engine/param_store.h"
 #include "engine/step_breakdown.h"
+#include "engine/step_overlap.h"
 #include "engine/trace.h"
 #include "engine/zero3_hooks.h"
 #include "offload/pinned_pool.h"
@@ -26,6 +27,9 @@ struct Engine::Impl {
   int compute_track = 0;  // the tracer's "stream compute" track
   // offload_optimizer.device = nvme: the optimizer state (the engine's opt_ is then null).
   std::unique_ptr<NvmeOptimizerState> nvme_opt;
+  // strata.overlap_step (engine/step_overlap.h; engine_overlap.cc): null when off. Uses the
+  // optimizer state, so it goes first (Release).
+  std::unique_ptr<StepOverlap> overlap;
   // The optimizer steps on the host (cpu tier or nvme): gradients go D2H, params H2D.
   bool host_opt = false;
   // The step being measured, and the last one finished (Engine::last_breakdown).
@@ -104,6 +108,7 @@ struct Engine::Impl {
   }
 
   void Release(Device& device) {
+    overlap.reset();  // its worker and copy stream use the optimizer state and the gradients
     if (compute.valid()) compute.Synchronize().IgnoreError();
     if (comm.valid()) comm.Synchronize().IgnoreError();
     hooks.reset();  // frees gathered parameters and slots (the model's hooks are removed)

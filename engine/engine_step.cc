@@ -99,6 +99,7 @@ Status Engine::Step() {
   im.forward_events.clear();
   im.backward_events.clear();
   if (im.step_begin_ms >= 0) im.breakdown.total_ms = t1 - im.step_begin_ms;
+  if (im.store != nullptr) im.store->AddTo(&im.breakdown);  // offload_param nvme: its I/O
   im.last_breakdown = im.breakdown;
   im.breakdown = StepBreakdown{};
   im.step_begin_ms = -1;
@@ -118,14 +119,22 @@ Status Engine::ApplyStep() {
   }
   StepBreakdown& b = im.breakdown;
   double t = NowMs();
-  if (im.host_opt) {  // the gradient partition crosses the link once
+  if (im.overlap != nullptr && im.overlap->active()) {
+    // strata.overlap_step: the ready sub-groups crossed (and stepped) during backward; waits for
+    // them and copies the rest (engine/step_overlap.h).
     TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
-    float* host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->grad();
-    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(host_grad, im.grad_partition, n * sizeof(float),
-                                                CopyKind::kDeviceToHost));
+    STRATA_RETURN_IF_ERROR(im.overlap->Finish(im.compute, &b));
+  } else if (im.host_opt) {  // the gradient partition crosses the link once
+    TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
+    // Partial offload: only the CPU sub-groups' [split, n); the device ones step in place.
+    const size_t split = opt_ != nullptr ? opt_->device_numel() : 0;
+    float* host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->host_grad();
+    STRATA_RETURN_IF_ERROR(
+        im.compute.CopyAsync(host_grad, static_cast<const float*>(im.grad_partition) + split,
+                             (n - split) * sizeof(float), CopyKind::kDeviceToHost));
     STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
     t = Lap(t, &b.d2h_ms);
-    b.d2h_bytes += n * sizeof(float);
+    b.d2h_bytes += (n - split) * sizeof(float);
   }
   STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
   NvmeOptimizerState* nvme = im.nvme_opt.get();
@@ -142,6 +151,7 @@ Status Engine::ApplyStep() {
                                ReduceOp::kMax));
     }
     if (bad != 0.0f) {
+      if (im.overlap != nullptr) STRATA_RETURN_IF_ERROR(im.overlap->Rollback());
       ++stats_.skipped_steps;
       STRATA_RETURN_IF_ERROR(ZeroGradients());
       Status s = scaler_.Update(true);
@@ -179,17 +189,29 @@ Status Engine::ApplyStep() {
   hp.lr = static_cast<float>(schedule_->LrForStep(step_number - 1));
   hp.beta1 = static_cast<float>(schedule_->Beta1ForStep(step_number - 1));
   stats_.last_lr = hp.lr;
+  // strata.overlap_step: the sub-groups updated during backward with these very arguments stand
+  // (done[i]); with others (clipping triggered) they were restored and step here.
+  std::vector<char> done(im.sub_groups.size(), 0);
+  if (im.overlap != nullptr) {
+    STRATA_RETURN_IF_ERROR(im.overlap->Resolve({step_number, hp, grad_scale, true}, &done));
+  }
   {
     TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
     t = NowMs();
     if (nvme != nullptr) {
       STRATA_RETURN_IF_ERROR(
-          nvme->Step(step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+          nvme->StepExcept(step_number, hp, grad_scale, im.param_copy, compute_dtype_, done));
       nvme->AddTo(&b);
     } else {
-      for (const SubGroup& g : im.sub_groups) {
+      // Partial offload: the device sub-groups write their shards in device memory.
+      void* device_copy =
+          im.shard_flat != nullptr && !im.shards_on_host ? im.shard_flat : im.param_copy;
+      for (size_t k = 0; k < im.sub_groups.size(); ++k) {
+        const SubGroup& g = im.sub_groups[k];
+        if (done[k] != 0) continue;
+        void* copy = g.flat_end <= opt_->device_numel() ? device_copy : im.param_copy;
         STRATA_RETURN_IF_ERROR(
-            opt_->StepSubGroup(g, step_number, hp, grad_scale, im.param_copy, compute_dtype_));
+            opt_->StepSubGroup(g, step_number, hp, grad_scale, copy, compute_dtype_));
       }
       if (im.host_opt) Lap(t, &b.cpu_adam_ms);
     }
@@ -227,11 +249,16 @@ Status Engine::WriteBackParameters() {
   } else if (im.host_opt && !im.shards_on_host) {
     TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
     const double t = NowMs();
-    STRATA_RETURN_IF_ERROR(im.compute.CopyAsync(
-        im.shard_flat, im.param_copy, layout_.partition_numel() * cbytes, CopyKind::kHostToDevice));
+    // Partial offload: the device sub-groups [0, split) already wrote shard_flat.
+    const size_t split = opt_ != nullptr ? opt_->device_numel() : 0;
+    const size_t bytes = (layout_.partition_numel() - split) * cbytes;
+    STRATA_RETURN_IF_ERROR(
+        im.compute.CopyAsync(static_cast<uint8_t*>(im.shard_flat) + split * cbytes,
+                             static_cast<const uint8_t*>(im.param_copy) + split * cbytes, bytes,
+                             CopyKind::kHostToDevice));
     STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
     Lap(t, &im.breakdown.h2d_ms);
-    im.breakdown.h2d_bytes += layout_.partition_numel() * cbytes;
+    im.breakdown.h2d_bytes += bytes;
   }
   if (im.store != nullptr) {  // stage 3: the shards are the parameters; the next use gathers
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());

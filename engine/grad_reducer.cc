@@ -63,6 +63,7 @@ Status GradReducer::ReduceBucket() {
     STRATA_RETURN_IF_ERROR(
         LaunchAdd(s, dst, DType::kFloat32, dst, recv_, DType::kFloat32, 1.0f, sl.shard_numel));
     if (o_.slot_done) STRATA_RETURN_IF_ERROR(o_.slot_done(s, param, slot));
+    if (reduced_fn_) STRATA_RETURN_IF_ERROR(reduced_fn_(s, param));
     ++reduced_;
   }
   ++buckets_;

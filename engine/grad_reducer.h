@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -30,6 +31,9 @@ namespace strata {
 
 // Called, on the stream that ran the reduce, after parameter `param`'s slot was consumed.
 using SlotDoneFn = std::function<Status(const Stream& stream, size_t param, float* slot)>;
+// Called after parameter `param`'s shard was added into the partition: work enqueued on `stream`
+// afterwards sees its reduced range (engine/step_overlap.h counts a sub-group's ready slices).
+using ReducedFn = std::function<Status(const Stream& stream, size_t param)>;
 
 struct GradReducerOptions {
   Communicator* comm = nullptr;
@@ -57,6 +61,9 @@ class GradReducer {
   // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result.
   Status Flush();
 
+  // Optional listener (set between backward passes); called for each parameter in reduce order.
+  void set_reduced_fn(ReducedFn fn) { reduced_fn_ = std::move(fn); }
+
   uint64_t reduced_count() const { return reduced_; }
   uint64_t bucket_count() const { return buckets_; }
 
@@ -65,6 +72,7 @@ class GradReducer {
   Status ReduceBucket();
 
   GradReducerOptions o_;
+  ReducedFn reduced_fn_;
   void* recv_ = nullptr;  // one shard, fp32
   Event compute_done_, comm_done_;
   std::vector<std::pair<size_t, float*>> queue_;

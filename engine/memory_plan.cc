@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/units.h"
+#include "engine/partial_offload.h"
 #include "engine/partition.h"
 
 namespace strata {
@@ -15,13 +16,14 @@ namespace strata {
 // Note [Stage 3 and NVMe plans]
 // Stages 0-3 with offload none/cpu follow the engine allocation by allocation (engine.cc Place,
 // zero3_hooks.cc, grad_reducer.cc). At stage 3 the host enqueues ahead of the device and a
-// gathered parameter (and, with offload_param cpu, its staged shard) is freed only when the
-// stream reaches its release, so up to stage3_max_live_parameters elements can be gathered at
-// once; every parameter's fp32 gradient slot lives until its reduce_bucket_size bucket is
-// reduce-scattered (twice a bucket with overlap_comm). NVMe placement is planned from the design
-// until the engine builds it: master + exp_avg + exp_avg_sq of each sub-group as one swap extent
-// (each part 4 KiB aligned), buffer_count pinned buffers of the largest sub-group, the fp32
-// gradient partition in pinned CPU memory; offload_param nvme: buffer_count x buffer_size
+// gathered parameter (a host shard is copied straight into it and all-gathered in place) is
+// freed only when the stream reaches its release, so up to stage3_max_live_parameters elements
+// can be gathered at once; every parameter's fp32 gradient slot lives until its
+// reduce_bucket_size bucket is reduce-scattered (twice a bucket with overlap_comm). NVMe
+// placement is planned from the design until the engine builds it: master + exp_avg +
+// exp_avg_sq of each sub-group as one swap extent (each part 4 KiB aligned), buffer_count pinned
+// buffers of the largest sub-group, the fp32 gradient partition in pinned CPU memory;
+// offload_param nvme: buffer_count x buffer_size
 // elements of pinned buffers, max_in_cpu elements kept in pinned CPU memory, the rest on NVMe;
 // each swapper's AioHandle may allocate a pageable bounce buffer of queue_depth x block_size
 // per thread (only for unaligned requests; counted to be safe).
@@ -169,8 +171,9 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   const OffloadDevice od = z.offload_optimizer.device;
   const OffloadDevice pd = z.stage == 3 ? z.offload_param.device : OffloadDevice::kNone;
   const bool opt_pin = z.offload_optimizer.pin_memory;
-  const double ratio =
-      od == OffloadDevice::kCpu ? std::clamp(z.offload_optimizer.ratio, 0.0, 1.0) : 1.0;
+  // Partial offload (offload_optimizer.ratio < 1): the first sub-groups, [0, split), keep
+  // master + moments in device memory and step there (engine/partial_offload.h).
+  const uint64_t split = PartialOffloadSplit(z, groups);
 
   // Compute-dtype parameters and the fp32 gradient slots.
   if (z.stage <= 2) {
@@ -181,14 +184,16 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     // zero3_hooks.cc: persistent parameters gathered for good, one allocation each; the
     // others gathered around their module's use; a gradient slot per parameter from its backward
     // until its bucket is reduce-scattered (all of them when reduce_bucket_size >= the model).
-    uint64_t persistent = 0, largest = 0, largest_any = 0, slots = 0, gathered = 0, staged = 0;
+    uint64_t persistent = 0, largest = 0, largest_any = 0, slots = 0, gathered = 0;
     for (uint64_t n : model.param_numels) {
       if (static_cast<int64_t>(n) <= z.param_persistence_threshold) {
         persistent += DeviceAlloc(n * cb);
       } else {
         largest = std::max(largest, n);
-        gathered += DeviceAlloc(n * cb);
-        staged += DeviceAlloc(PartitionLayout::ShardNumel(n, part_world) * cb);
+        // A host shard is gathered in place: room for every rank's slot, padding included.
+        gathered += DeviceAlloc(pd == OffloadDevice::kNone
+                                    ? n * cb
+                                    : PartitionLayout::ShardNumel(n, part_world) * part_world * cb);
       }
       largest_any = std::max(largest_any, n);
       slots += DeviceAlloc(n * 4);
@@ -197,10 +202,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     // reaches its release: up to stage3_max_live_parameters elements can be live at once.
     const uint64_t max_live = std::max<uint64_t>(
         largest, static_cast<uint64_t>(std::max<int64_t>(z.max_live_parameters, 0)));
-    if (gathered > max_live * cb) {
-      staged = staged * max_live * cb / gathered;
-      gathered = max_live * cb;
-    }
+    gathered = std::min(gathered, max_live * cb);
     const uint64_t bucket = static_cast<uint64_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
     const uint64_t live_slots =
         std::min(slots, ((z.overlap_comm ? 2 : 1) * bucket + largest_any) * 4);
@@ -214,33 +216,39 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
                  z.offload_param.pin_memory);
         break;
       case OffloadDevice::kNvme: {
-        const uint64_t in_cpu = std::min<uint64_t>(
-            part, static_cast<uint64_t>(std::max<int64_t>(z.offload_param.max_in_cpu, 0)));
-        p.Pinned("parameter shard kept in CPU (max_in_cpu)", in_cpu * cb,
-                 z.offload_param.pin_memory);
+        // engine/param_store_nvme.cc: ParamSwapper keeps shards in (pageable) CPU memory while
+        // their running total stays within max_in_cpu; the others get one 4 KiB-aligned swap
+        // extent each.
+        const uint64_t max_in_cpu =
+            static_cast<uint64_t>(std::max<int64_t>(z.offload_param.max_in_cpu, 0));
+        uint64_t in_cpu = 0, swap = 0;
+        for (const ShardSlice& s : layout.slices()) {
+          if (s.shard_numel == 0) continue;
+          if (in_cpu + s.shard_numel <= max_in_cpu) {
+            in_cpu += s.shard_numel;
+          } else {
+            swap += RoundUp(s.shard_numel * cb, kSwapAlign);
+          }
+        }
+        p.Add(PlanTier::kPageableCpu, "parameter shards kept in CPU (max_in_cpu)", in_cpu * cb);
         p.Pinned("parameter swap buffers (buffer_count x buffer_size)",
                  static_cast<uint64_t>(z.offload_param.buffer_count) *
                      RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kSwapAlign),
                  z.offload_param.pin_memory);
-        p.Add(PlanTier::kNvme, "parameter shard swap file",
-              RoundUp((part - in_cpu) * cb, kSwapAlign));
+        p.Add(PlanTier::kNvme, "parameter shard swap file", swap);
         p.Add(PlanTier::kPageableCpu, "aio bounce buffers (param swapper)",
               static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *
                   static_cast<uint64_t>(config.aio.queue_depth) * config.aio.block_size);
-        plan.notes.push_back("offload_param nvme: planned from the design");
         break;
       }
     }
     p.Add(PlanTier::kDevice, "persistent parameters (gathered for good)", persistent);
     p.Add(PlanTier::kDevice, "gathered parameters (up to stage3_max_live_parameters)", gathered);
-    if (pd != OffloadDevice::kNone) {
-      p.Add(PlanTier::kDevice, "shards staged for the all-gathers", staged);
-    }
     p.Add(PlanTier::kDevice, "fp32 gradient slots (until their bucket is reduced)", live_slots);
   }
 
   // fp32 master + moments + gradient partition, and where updated parameters are staged.
-  const uint64_t cpu_part = static_cast<uint64_t>(static_cast<double>(part) * ratio);
+  const uint64_t cpu_part = part - split;
   switch (od) {
     case OffloadDevice::kNone:
       p.Device("fp32 master + moments + gradient partition", 16 * part);
@@ -248,9 +256,10 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     case OffloadDevice::kCpu:
       p.Device("fp32 gradient partition", part * 4);
       p.Pinned("fp32 master + moments + gradients (offload_optimizer cpu)", 16 * cpu_part, opt_pin);
-      if (cpu_part < part)
-        p.Device("fp32 master + moments (ratio < 1 part)", 16 * (part - cpu_part));
-      if (pd == OffloadDevice::kNone) p.Pinned("updated parameter staging", part * cb, opt_pin);
+      if (split > 0) {
+        p.Device("fp32 master + moments of the device sub-groups (ratio)", 12 * split);
+      }
+      if (pd != OffloadDevice::kCpu) p.Pinned("updated parameter staging", part * cb, opt_pin);
       break;
     case OffloadDevice::kNvme: {
       uint64_t largest_group = 0, swap = 0;
@@ -267,7 +276,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one sub-group)", 12 * largest_group, opt_pin);
-      if (pd == OffloadDevice::kNone) p.Pinned("updated parameter staging", part * cb, opt_pin);
+      if (pd != OffloadDevice::kCpu) p.Pinned("updated parameter staging", part * cb, opt_pin);
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
             static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *
@@ -307,8 +316,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     if (z.stage == 3) t.collective_bytes += gas * 2 * part * cb * (w - 1);  // fwd + bwd gathers
   }
   if (od != OffloadDevice::kNone) {
-    t.device_to_host_bytes += static_cast<uint64_t>(static_cast<double>(part * 4) * ratio);
-    t.host_to_device_bytes += static_cast<uint64_t>(static_cast<double>(part * cb) * ratio);
+    t.device_to_host_bytes += (part - split) * 4;
+    t.host_to_device_bytes += (part - split) * cb;
   }
   if (od == OffloadDevice::kNvme) {
     uint64_t swap = 0;

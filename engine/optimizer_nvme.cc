@@ -312,6 +312,8 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
                                 " must be at least 1");
   }
   TraceSpan span(tracer_, "optimizer step (nvme)", "optimizer");
+  swapper_stepped_ = true;
+  sg_bytes_read_ = sg_bytes_written_ = 0;
   STRATA_RETURN_IF_ERROR(Flush());
   STRATA_RETURN_IF_ERROR(WriteUnwritten());
   STRATA_RETURN_IF_ERROR(optimizer_.SetHyperparams(0, hp));
@@ -359,11 +361,104 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
 }
 
 void NvmeOptimizerState::AddTo(StepBreakdown* b) const {
+  b->nvme_read_bytes += sg_bytes_read_;
+  b->nvme_write_bytes += sg_bytes_written_;
+  if (!swapper_stepped_) return;
   const OptimizerStepStats& st = swapper_->last_step();
   b->io_wait_ms += st.read_wait_ms + st.write_wait_ms;
   b->cpu_adam_ms += st.update_ms;
   b->nvme_read_bytes += st.bytes_read;
   b->nvme_write_bytes += st.bytes_written;
+}
+
+Status NvmeOptimizerState::StepExcept(int64_t step, const Hyperparams& hp, float grad_scale,
+                                      void* param_copy, DType copy_dtype,
+                                      const std::vector<char>& skip) {
+  if (skip.size() != groups_.size()) {
+    return InvalidArgumentError("nvme optimizer state: StepExcept got " +
+                                std::to_string(skip.size()) + " skip flags for " +
+                                std::to_string(groups_.size()) + " sub-groups");
+  }
+  if (std::none_of(skip.begin(), skip.end(), [](char c) { return c != 0; })) {
+    return Step(step, hp, grad_scale, param_copy, copy_dtype);
+  }
+  if (step < 1) {
+    return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
+                                " must be at least 1");
+  }
+  TraceSpan span(tracer_, "optimizer step (nvme, rest)", "optimizer");
+  swapper_stepped_ = false;
+  sg_bytes_read_ = sg_bytes_written_ = 0;
+  STRATA_RETURN_IF_ERROR(PrepareSubGroupSteps());
+  std::vector<float> state;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const size_t n = Numel(groups_[i]);
+    if (skip[i] != 0 || n == 0) continue;
+    state.resize(3 * n);
+    float* p = state.data();
+    const int g = static_cast<int>(i);
+    STRATA_RETURN_IF_ERROR(ReadSubGroup(g, p, p + n, p + 2 * n));
+    STRATA_RETURN_IF_ERROR(
+        UpdateSubGroup(g, step, hp, grad_scale, p, p + n, p + 2 * n, param_copy, copy_dtype));
+    STRATA_RETURN_IF_ERROR(WriteSubGroup(g, p, p + n, p + 2 * n));
+    sg_bytes_read_ += 3 * n * sizeof(float);
+    sg_bytes_written_ += 3 * n * sizeof(float);
+  }
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::PrepareSubGroupSteps() {
+  STRATA_RETURN_IF_ERROR(Flush());
+  return WriteUnwritten();
+}
+
+Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams& hp,
+                                          float grad_scale, float* master, float* exp_avg,
+                                          float* exp_avg_sq, void* param_copy,
+                                          DType copy_dtype) const {
+  if (i < 0 || i >= num_sub_groups()) {
+    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
+                                " (there are " + std::to_string(num_sub_groups()) + ")");
+  }
+  const SubGroup& g = groups_[static_cast<size_t>(i)];
+  const size_t n = Numel(g);
+  if (n == 0) return Status::Ok();
+  StepTensors t;
+  t.numel = n;
+  t.params = master;
+  t.exp_avg = exp_avg;
+  t.exp_avg_sq = exp_avg_sq;
+  t.grads = grad_ + g.flat_begin;
+  t.grad_dtype = DType::kFloat32;
+  // As the swapper: fp16/bf16 copy-out fused into the update, fp32 a copy after it.
+  const bool fp32_copy = param_copy != nullptr && copy_dtype == DType::kFloat32;
+  uint8_t* copy = param_copy == nullptr
+                      ? nullptr
+                      : static_cast<uint8_t*>(param_copy) + g.flat_begin * DTypeBytes(copy_dtype);
+  t.param_copy = fp32_copy ? nullptr : copy;
+  t.param_copy_dtype = copy_dtype;
+  StepOptions so;
+  so.grad_scale = grad_scale;
+  STRATA_RETURN_IF_ERROR(
+      optimizer_.StepAt(hp, step, t, so)
+          .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
+  if (fp32_copy) std::memcpy(copy, master, n * sizeof(float));
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::WriteSubGroup(int i, const float* master, const float* exp_avg,
+                                         const float* exp_avg_sq) {
+  if (i < 0 || i >= num_sub_groups()) {
+    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
+                                " (there are " + std::to_string(num_sub_groups()) + ")");
+  }
+  const int k = swap_index_[static_cast<size_t>(i)];
+  if (k < 0) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(
+      swapper_->Initialize(k, master, exp_avg, exp_avg_sq)
+          .WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i)));
+  written_[static_cast<size_t>(i)] = true;
+  return Status::Ok();
 }
 
 }  // namespace strata

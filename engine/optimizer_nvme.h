@@ -106,6 +106,23 @@ class NvmeOptimizerState {
   Status Step(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
               DType copy_dtype);
 
+  // As Step, but sub-groups with skip[i] != 0 are left alone (the overlapped step updated them:
+  // engine/step_overlap.h). With none skipped this is Step; otherwise the rest go one at a time
+  // through the per-sub-group calls below (not pipelined). `skip` has num_sub_groups() entries.
+  Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
+                    DType copy_dtype, const std::vector<char>& skip);
+
+  // Per sub-group steps (the overlapped step: engine/step_overlap.h). PrepareSubGroupSteps (the
+  // engine's thread) writes the stage and zeros for sub-groups never written; then, from one
+  // other thread at a time and with no other call on this object in between, each sub-group is
+  // read (ReadSubGroup), updated in memory (UpdateSubGroup: the same kernel, step number and
+  // hyperparameters as Step, so the same bits) and written back (WriteSubGroup).
+  Status PrepareSubGroupSteps();
+  Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
+                        float* exp_avg, float* exp_avg_sq, void* param_copy,
+                        DType copy_dtype) const;
+  Status WriteSubGroup(int i, const float* master, const float* exp_avg, const float* exp_avg_sq);
+
   // Writes elements [flat_begin, flat_begin + master.size()) of the master weights and, when
   // given (same length), of the moments (else those keep their values: zeros at first). The
   // range may cross sub-groups. Staged per sub-group: a sub-group goes to NVMe when a write or
@@ -168,6 +185,10 @@ class NvmeOptimizerState {
   bool stage_dirty_ = false;
   uint64_t stage_budget_bytes_ = 0;
   Tracer* tracer_ = nullptr;
+  // StepExcept's per-sub-group NVMe bytes, and whether the last step went through the swapper
+  // (AddTo then adds its figures).
+  uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;
+  bool swapper_stepped_ = false;
 };
 
 }  // namespace strata

@@ -11,6 +11,14 @@
 // optimizer_kernels.h) on the state's own stream, and host_addressable() is false: the arrays
 // are then read and written through Read/Write, never dereferenced.
 //
+// Partial offload (offload_optimizer.ratio < 1, engine/partial_offload.h): Tier::kCpu with
+// device_numel > 0 splits the partition at a sub-group boundary. Elements [0, device_numel) live
+// in device memory and step there (host loops or device kernels, as Tier::kDevice), elements
+// [device_numel, numel) in the pinned slab. Every call below takes flat indices of the whole
+// partition and dispatches by range; a sub-group must not straddle the split. The device part's
+// gradient may be the caller's device array (the engine's fp32 gradient partition), so the
+// reduced gradients of the device sub-groups never cross the link.
+//
 // Same math: the step equals CpuOptimizer's (bitwise on the host backend, to FMA rounding on
 // CUDA), and the squared norm has the same bits on every tier and device (Note [Squared-norm
 // order] in offload/device/optimizer_kernel_args.h).
@@ -47,6 +55,11 @@ struct OptimizerStateOptions {
   Tier tier = Tier::kDevice;  // kDevice or kCpu
   bool pin_memory = true;     // kCpu: page-lock the slab (offload_optimizer.pin_memory)
   int num_threads = 0;        // CpuOptimizerOptions::num_threads
+  // kCpu only: elements [0, device_numel) in device memory (partial offload; 0 = none).
+  size_t device_numel = 0;
+  // kCpu with device_numel > 0: the device part's gradient, device memory of at least
+  // device_numel floats owned by the caller (outlives the state); null = allocate it here.
+  float* device_grad = nullptr;
 };
 
 class OptimizerState {
@@ -59,16 +72,27 @@ class OptimizerState {
   ~OptimizerState();
 
   Tier tier() const { return options_.tier; }
-  bool host_addressable() const { return !device_kernels_; }
   // True if the arrays below may be dereferenced by the host (the cpu tier, or device memory the
-  // host can address). False: device kernels do the work, and the pointers are device memory.
+  // host can address). False: device kernels do the work and the pointers are device memory, or
+  // the state is split (partial offload) and has no whole arrays: use Read/Write.
+  bool host_addressable() const { return !split() && !parts_[0].device_kernels; }
   size_t numel() const { return numel_; }
   size_t size_bytes() const { return 4 * numel_ * sizeof(float); }
-  // The arrays: pinned CPU or device memory (host-addressable only if host_addressable()).
-  float* master() const { return base_; }
-  float* exp_avg() const { return base_ + numel_; }
-  float* exp_avg_sq() const { return base_ + 2 * numel_; }
-  float* grad() const { return base_ + 3 * numel_; }
+  // Partial offload: [0, device_numel()) is in device memory, the rest pinned (0 if not split).
+  size_t device_numel() const { return split() ? parts_[0].end : 0; }
+  bool split() const { return parts_.size() > 1; }
+  // Bytes this state holds per tier (a caller-owned device gradient is not counted).
+  uint64_t device_bytes() const { return device_bytes_; }
+  uint64_t cpu_bytes() const { return cpu_bytes_; }
+  // The whole arrays (one part: pinned CPU or device memory, host-addressable only if
+  // host_addressable()); null when split().
+  float* master() const { return whole(0); }
+  float* exp_avg() const { return whole(1); }
+  float* exp_avg_sq() const { return whole(2); }
+  float* grad() const { return whole(3); }
+  // The gradient elements [device_numel(), numel) in host memory (Tier::kCpu): where the engine
+  // copies the reduced gradients of the CPU sub-groups. grad() when not split; null for kDevice.
+  float* host_grad() const;
 
   // Copies elements [offset, offset + out.size()) of one array to / from host memory, on any
   // tier and device (a device copy waits for itself). InvalidArgument past numel().
@@ -98,20 +122,40 @@ class OptimizerState {
   Status status() const;
 
  private:
+  // A contiguous run [begin, end) of the partition on one tier: master, exp_avg and exp_avg_sq
+  // at base (end - begin elements each), the gradient at grad.
+  struct Part {
+    size_t begin = 0, end = 0;
+    float* base = nullptr;
+    float* grad = nullptr;
+    bool on_device = false;
+    bool device_kernels = false;  // device memory the host cannot address
+    size_t numel() const { return end - begin; }
+    float* At(Array array, size_t flat) const;
+  };
+
   OptimizerState(const OptimizerStateOptions& options, CpuOptimizer optimizer)
       : options_(options), optimizer_(std::move(optimizer)) {}
 
-  float* ArrayBase(Array array) const;
-  Status InitDeviceKernels();
+  float* whole(int array) const;
+  Status AllocateDevicePart(Part* part, float* external_grad);
+  Status AllocatePinnedPart(Part* part, TierBudget* budget);
+  Status InitDeviceKernels(size_t max_device_numel);
+  Status Copy(const Part& part, void* dst, const void* src, size_t bytes, CopyKind kind) const;
+  // Note [Squared-norm order] across parts: adds the squares of grad[lo, hi) of `part` to the
+  // open chunk (*chunk_sum, ending at *chunk_end) and closes finished chunks into *total.
+  Status AddSquares(const Part& part, size_t lo, size_t hi, double* total, double* chunk_sum,
+                    size_t* chunk_end) const;
   void Fail(const Status& s) const;
 
   OptimizerStateOptions options_;
   CpuOptimizer optimizer_;
   Device* device_ = nullptr;
   size_t numel_ = 0;
-  float* base_ = nullptr;
-  // Device kernels (Tier::kDevice on memory the host cannot address).
-  bool device_kernels_ = false;
+  std::vector<Part> parts_;  // in flat order: the device part first
+  void* device_alloc_ = nullptr;
+  uint64_t device_bytes_ = 0, cpu_bytes_ = 0;
+  // Device kernels (a device part on memory the host cannot address).
   Stream stream_;            // the state's own stream on device_
   void* scratch_ = nullptr;  // device: uint32 non-finite flag, then the norm's double partials
   mutable std::vector<double> host_partials_;

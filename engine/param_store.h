@@ -36,6 +36,7 @@
 #include "core/status.h"
 #include "engine/config/config.h"
 #include "engine/partition.h"
+#include "engine/step_breakdown.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier.h"
@@ -96,6 +97,9 @@ class ParamStore {
   // Bytes read from / written to NVMe so far (0 in memory).
   virtual uint64_t nvme_read_bytes() const { return 0; }
   virtual uint64_t nvme_write_bytes() const { return 0; }
+  // Adds what happened since the last call to `b`: NVMe bytes read and written, time a gather
+  // waited for reads (io_wait_ms). Nothing for the in-memory tiers.
+  virtual void AddTo(StepBreakdown* b) { (void)b; }
 
  protected:
   explicit ParamStore(const ParamStoreOptions& o) : options_(o) {}

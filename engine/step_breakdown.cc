@@ -18,6 +18,7 @@ StepBreakdown& StepBreakdown::operator+=(const StepBreakdown& o) {
   d2h_ms += o.d2h_ms;
   collectives_ms += o.collectives_ms;
   cpu_adam_ms += o.cpu_adam_ms;
+  overlapped_adam_ms += o.overlapped_adam_ms;
   h2d_bytes += o.h2d_bytes;
   d2h_bytes += o.d2h_bytes;
   nvme_read_bytes += o.nvme_read_bytes;
@@ -48,6 +49,7 @@ std::string StepBreakdown::ToString() const {
   std::string times;
   AppendMs(&times, "fwd", forward_ms);
   AppendMs(&times, "bwd", backward_ms);
+  AppendMs(&times, "adam in bwd", overlapped_adam_ms);
   if (step_ms != 0) {
     std::string inner;
     AppendMs(&inner, "adam", cpu_adam_ms);
@@ -84,6 +86,7 @@ std::string StepBreakdown::ToJson() const {
       {"d2h_ms", d2h_ms},
       {"collectives_ms", collectives_ms},
       {"cpu_adam_ms", cpu_adam_ms},
+      {"overlapped_adam_ms", overlapped_adam_ms},
       {"h2d_bytes", h2d_bytes},
       {"d2h_bytes", d2h_bytes},
       {"nvme_read_bytes", nvme_read_bytes},

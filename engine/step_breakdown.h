@@ -22,6 +22,9 @@ struct StepBreakdown {
   double collectives_ms = 0;  // all-gather / reduce-scatter / all-reduce waited for
   // Compute.
   double cpu_adam_ms = 0;  // in the CPU optimizer kernel
+  // strata.overlap_step: the CPU optimizer's time on sub-groups updated during backward (hidden
+  // behind it; not part of cpu_adam_ms).
+  double overlapped_adam_ms = 0;
 
   // Bytes moved per tier boundary.
   uint64_t h2d_bytes = 0;

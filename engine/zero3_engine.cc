@@ -48,6 +48,9 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
     ho.param_limit_bytes = persistent + max_live * cb;
     ho.slot_limit_bytes = ((z.overlap_comm ? 2 : 1) * bucket + largest) * sizeof(float);
     if (z.overlap_comm) ho.comm_stream = this->comm;
+    ho.prefetch_bucket_numel = std::max<int64_t>(z.prefetch_bucket_size, 0);
+    ho.max_live_numel = static_cast<int64_t>(max_live);
+    ho.max_reuse_distance_numel = std::max<int64_t>(z.max_reuse_distance, 0);
   }
   STRATA_ASSIGN_OR_RETURN(hooks, ZeroHooks::Create(model, ho));
   model.AddHooksRecursive(hooks.get());
@@ -62,6 +65,15 @@ void Engine::Impl::FillMemoryStats(const OptimizerState* opt, EngineStats* stats
   stats->device_bytes = fixed + live;
   stats->device_peak_bytes = std::max(stats->device_peak_bytes, fixed + peak);
   stats->cpu_bytes = cpu_bytes;
+  if (hooks != nullptr && hooks->coordinator() != nullptr) {
+    const CoordinatorStats& c = hooks->coordinator()->stats();
+    stats->prefetch_hits = c.hits;
+    stats->prefetch_misses = c.misses;
+    stats->prefetch_bytes = c.prefetched_bytes;
+    stats->trace_invalidations = c.invalidations;
+    stats->prefetch_read_bytes = c.read_ahead_bytes;
+    stats->peak_live_param_numel = hooks->peak_live_numel();
+  }
 }
 
 }  // namespace strata

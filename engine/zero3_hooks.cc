@@ -41,6 +41,20 @@ Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const Zer
       p->set_grad(nullptr, DType::kFloat32);
       h->state_[i].persistent = p->numel() <= o.persistence_threshold;
     }
+    ParamCoordinatorOptions co;
+    co.comm = o.comm;
+    co.device = o.device;
+    co.compute = o.compute;
+    co.store = o.store;
+    co.dtype_bytes = DTypeBytes(o.dtype);
+    for (const ShardSlice& s : o.layout->slices()) {
+      co.numel.push_back(s.numel);
+      co.shard_bytes.push_back(s.shard_numel * co.dtype_bytes);
+    }
+    co.prefetch_bucket_numel = o.prefetch_bucket_numel;
+    co.max_live_numel = o.max_live_numel;
+    co.max_reuse_distance_numel = o.max_reuse_distance_numel;
+    h->coord_ = std::make_unique<ParamCoordinator>(co, static_cast<Gatherer*>(h.get()));
   }
   return h;
 }
@@ -85,18 +99,24 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
   if (used.empty()) return Status::Ok();
   switch (point) {
     case nn::HookPoint::kPreForward:
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, used));
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Gather(i));
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
       return Status::Ok();
     case nn::HookPoint::kPostForward:
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, used));
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Release(i));
       return Status::Ok();
     case nn::HookPoint::kPreBackward:
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, used));
       for (size_t i : used) {
         STRATA_RETURN_IF_ERROR(Gather(i));
         STRATA_RETURN_IF_ERROR(AcquireSlot(i));
       }
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
       return Status::Ok();
     case nn::HookPoint::kPostBackward:
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, used));
       for (size_t i : used) {
         STRATA_RETURN_IF_ERROR(Release(i));
         ParamState& st = state_[i];
@@ -121,27 +141,29 @@ Status ZeroHooks::Gather(size_t i) {
   const size_t cbytes = DTypeBytes(o_.dtype);
   const size_t bytes = s.numel * cbytes;
   STRATA_RETURN_IF_ERROR(Throttle(param_bytes_, bytes, o_.param_limit_bytes));
-  Result<void*> full = o_.device->Allocate(bytes);
+  // Room for every rank's slot (padding included), so a host shard is gathered in place.
+  const size_t padded = s.shard_numel * static_cast<size_t>(o_.comm->world_size()) * cbytes;
+  Result<void*> full = o_.device->Allocate(o_.store->on_host() ? std::max(bytes, padded) : bytes);
   if (!full.ok()) {
     return full.status().WithContext("gathering " + p->name() + " (" + FormatBytes(bytes) + ")");
   }
   st.full = *full;
   AddLive(bytes);
   param_bytes_ += bytes;
+  gathered_numel_ += s.numel;
+  peak_gathered_numel_ = std::max(peak_gathered_numel_, gathered_numel_);
   STRATA_ASSIGN_OR_RETURN(ShardView view, o_.store->Acquire(i));
   const void* shard = view.data;
   const Stream& c = o_.compute;
-  if (view.on_host) {  // offload_param cpu/nvme: the shard crosses the link first
-    Result<void*> staged = o_.device->Allocate(s.shard_numel * cbytes);
-    if (!staged.ok()) {
-      return staged.status().WithContext("staging the shard of " + p->name());
-    }
+  if (view.on_host) {
+    // offload_param cpu/nvme: the shard crosses the link straight into its own slot of the
+    // gathered buffer (its valid elements: the last rank's slot may pass the parameter's end),
+    // then the all-gather runs in place (a no-op at world 1).
+    uint8_t* slot = static_cast<uint8_t*>(st.full) + s.param_offset * cbytes;
     STRATA_RETURN_IF_ERROR(
-        c.CopyAsync(*staged, shard, s.shard_numel * cbytes, CopyKind::kHostToDevice));
-    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, *staged, st.full, s.numel, o_.dtype, nullptr)
+        c.CopyAsync(slot, shard, s.valid_numel * cbytes, CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, slot, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
-    STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(c, *staged));
-    pending_free_bytes_ += s.shard_numel * cbytes;
   } else {
     STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, shard, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
@@ -164,6 +186,7 @@ Status ZeroHooks::Release(size_t i) {
   live_bytes_ -= bytes;
   param_bytes_ -= bytes;
   pending_free_bytes_ += bytes;
+  gathered_numel_ -= o_.layout->slices()[i].numel;
   st.full = nullptr;
   o_.params[i]->set_data(nullptr);
   return Status::Ok();
@@ -201,6 +224,7 @@ Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
 }
 
 Status ZeroHooks::FinishBackward() {
+  if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->EndPass());
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (st.backward_seen == 0) continue;  // complete (reduced) or not used in this backward
@@ -226,7 +250,10 @@ Status ZeroHooks::RegatherPersistent() {
     }
     st.persistent = false;  // Gather's fast path skips persistent parameters
     st.gathered = 0;
+    const uint64_t numel = gathered_numel_, peak = peak_gathered_numel_;
     Status s = Gather(i);
+    gathered_numel_ = numel;  // persistent elements are not counted as live gathers
+    peak_gathered_numel_ = peak;
     st.persistent = true;
     st.gathered = 0;
     STRATA_RETURN_IF_ERROR(s);

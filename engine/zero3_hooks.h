@@ -11,6 +11,10 @@
 // are gathered by RegatherPersistent (the engine calls it once the shards hold values, and after
 // every step) and never released. Activation checkpointing
 // re-runs forward hooks inside backward: they gather and release as in forward.
+// With offload_param cpu the shard is copied H2D straight into its place in the gathered buffer
+// and all-gathered in place (no staging buffer; at world 1 no device copy at all). Stage 3's
+// ParamCoordinator (engine/param_coordinator.h) records the hook order of the first pass and
+// then gathers ahead and keeps parameters reused soon, through the same nested gather/release.
 //
 // Gradients (stages 2 and 3): a parameter's gradient is complete when the last module that uses
 // it has finished its backward (PostBackward seen as many times as modules use it: twice for a
@@ -34,6 +38,7 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/grad_reducer.h"
+#include "engine/param_coordinator.h"
 #include "engine/param_store.h"
 #include "engine/partition.h"
 #include "nn/module.h"
@@ -62,9 +67,14 @@ struct ZeroHooksOptions {
   uint64_t param_limit_bytes = 0;  // gathered parameters (stage3_max_live_parameters)
   uint64_t slot_limit_bytes = 0;   // fp32 gradient slots (reduce buckets + one parameter)
   Stream comm_stream;              // where the reducer frees slots with overlap_comm (or invalid)
+  // Stage 3 prefetching (engine/param_coordinator.h), in elements: stage3_prefetch_bucket_size
+  // (0: no prefetch), stage3_max_live_parameters, stage3_max_reuse_distance.
+  int64_t prefetch_bucket_numel = 0;
+  int64_t max_live_numel = 0;
+  int64_t max_reuse_distance_numel = 0;
 };
 
-class ZeroHooks final : public nn::ModuleHooks {
+class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
  public:
   // Counts each parameter's users in `root`'s tree; at stage 3 marks every parameter released.
   static Result<std::unique_ptr<ZeroHooks>> Create(nn::Module& root, const ZeroHooksOptions& o);
@@ -86,6 +96,11 @@ class ZeroHooks final : public nn::ModuleHooks {
   // Device bytes held now by gathered parameters and stage-3 gradient slots, and the peak.
   uint64_t live_bytes() const { return live_bytes_; }
   uint64_t peak_live_bytes() const { return peak_live_bytes_; }
+  // Stage 3: non-persistent parameter elements gathered now and at most (since creation).
+  uint64_t live_numel() const override { return gathered_numel_; }
+  uint64_t peak_live_numel() const { return peak_gathered_numel_; }
+  // Stage 3's coordinator (null below stage 3).
+  const ParamCoordinator* coordinator() const { return coord_.get(); }
 
  private:
   struct ParamState {
@@ -99,6 +114,11 @@ class ZeroHooks final : public nn::ModuleHooks {
   explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
   Status Gather(size_t i);
   Status Release(size_t i);
+  // Gatherer (the coordinator's holds are nested gathers).
+  Status GatherParam(size_t i) override { return Gather(i); }
+  Status ReleaseParam(size_t i) override { return Release(i); }
+  bool IsLive(size_t i) const override { return state_[i].persistent || state_[i].full != nullptr; }
+  bool IsPersistent(size_t i) const override { return state_[i].persistent; }
   Status AcquireSlot(size_t i);
   void AddLive(uint64_t bytes);
   // Waits for the streams when `held + pending + bytes` would pass `limit` (see the options).
@@ -111,6 +131,8 @@ class ZeroHooks final : public nn::ModuleHooks {
   uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   uint64_t param_bytes_ = 0, slot_bytes_ = 0;  // held now, by kind
   uint64_t pending_free_bytes_ = 0;            // freed in stream order since the last wait
+  uint64_t gathered_numel_ = 0, peak_gathered_numel_ = 0;
+  std::unique_ptr<ParamCoordinator> coord_;
 };
 
 }  // namespace strata

@@ -34,7 +34,8 @@ struct StrataConfig {
   double link_gbps = 0.0;
   // Chrome trace of the run's spans; "" = off.
   std::string trace_path;
-  // Overlap the CPU optimizer step with the next forward/backward where the math allows.
+  // Start offloaded sub-groups' optimizer steps during the boundary backward
+  // (engine/step_overlap.h).
   bool overlap_step = true;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;

@@ -1,6 +1,7 @@
 #include "engine/config/zero_config.h"
 
 #include <cmath>
+#include <sstream>
 
 namespace strata {
 
@@ -173,7 +174,13 @@ void ReadOffloadOptimizer(const Section& z, OffloadOptimizerConfig* o) {
   s.Bool("pipeline_read", &o->pipeline_read);
   s.Bool("pipeline_write", &o->pipeline_write);
   s.Bool("fast_init", &o->fast_init);
-  s.Double("ratio", &o->ratio, 0.0, 1.0);
+  if (s.Double("ratio", &o->ratio) == Got::kValue && !(o->ratio > 0.0 && o->ratio <= 1.0)) {
+    std::ostringstream v;
+    v << o->ratio;
+    s.ctx()->Error(s.KeyPath("ratio"), "= " + v.str() +
+                                           " is out of range: must be in (0, 1] (the fraction of "
+                                           "the optimizer state stepped on the CPU)");
+  }
   for (const char* k : {"super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"}) {
     if (s.Has(k)) s.ctx()->Note(s.KeyPath(k), "accepted, not used by Strata");
   }
@@ -376,15 +383,19 @@ void ReadZero(const Section& top, ZeroConfig* out) {
                  "= \"nvme\" at stage " + std::to_string(out->stage) +
                      ": Strata runs it; DeepSpeed only accepts it at stage 3");
   }
-  if (oo.ratio < 1.0) {
-    if (out->stage != 3) {
-      ctx->Error("zero_optimization.offload_optimizer.ratio",
-                 "< 1 (partial offload) is only supported with ZeRO stage 3");
+  if (oo.ratio > 0.0 && oo.ratio < 1.0) {
+    // DeepSpeed takes it at stage 3 only; Strata splits the optimizer state by sub-group the
+    // same way at stages 1-3 (engine/partial_offload.h).
+    if (out->stage != 3 && oo.device == OffloadDevice::kCpu) {
+      ctx->Warning("zero_optimization.offload_optimizer.ratio",
+                   "< 1 at stage " + std::to_string(out->stage) +
+                       ": Strata runs it; DeepSpeed only accepts it at stage 3");
     }
     if (oo.device == OffloadDevice::kNvme) {
       ctx->Error("zero_optimization.offload_optimizer.ratio",
-                 "< 1 (partial offload) cannot be used with device \"nvme\": the whole optimizer "
-                 "state is swapped");
+                 "< 1 (partial offload) cannot be used with device \"nvme\" "
+                 "(zero_optimization.offload_optimizer.device; the whole optimizer state is "
+                 "swapped): use device \"cpu\" or ratio 1");
     }
     if (oo.device == OffloadDevice::kNone) {
       ctx->Warning("zero_optimization.offload_optimizer.ratio",

@@ -38,7 +38,8 @@ struct OffloadOptimizerConfig {
   bool pipeline_read = false;
   bool pipeline_write = false;
   bool fast_init = false;
-  // Fraction of the optimizer state stepped on the CPU (stage 3, not with nvme).
+  // Fraction of the optimizer state stepped on the CPU, in (0, 1]: the last sub-groups (stages
+  // 1-3 with device cpu; engine/partial_offload.h).
   double ratio = 1.0;
 };
 

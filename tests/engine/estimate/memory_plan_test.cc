@@ -133,6 +133,12 @@ INSTANTIATE_TEST_SUITE_P(
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"cpu\"}",
              "bf16"},
+        // Parameter shards on NVMe (engine/param_store_nvme.cc), cycled through two buffers.
+        Case{"tiny",
+             "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
+             "{\"device\": \"nvme\", \"nvme_path\": \"memory-plan-param-nvme\", "
+             "\"buffer_count\": 2, \"buffer_size\": 50000, \"max_in_cpu\": 0}",
+             "bf16"},
         Case{"small", "\"stage\": 0", "bf16"},
         Case{"small", "\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}", "fp32"},
         Case{"small",

@@ -18,6 +18,7 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   a.step_ms = 50;
   a.cpu_adam_ms = 30;
   a.io_wait_ms = 5;
+  a.overlapped_adam_ms = 7;
   a.nvme_read_bytes = 3 << 20;
   StepBreakdown b = a;
   b.backward_ms = 40;
@@ -30,12 +31,14 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   EXPECT_THAT(s, HasSubstr("step 200.0 ms"));
   EXPECT_THAT(s, HasSubstr("step 100.0 (adam 60.0, io wait 10.0)"));
   EXPECT_THAT(s, HasSubstr("nvme r 6"));
+  EXPECT_THAT(s, HasSubstr("adam in bwd 14.0"));
   EXPECT_THAT(s, Not(HasSubstr("comm"))) << "zero parts are left out";
   const auto j = nlohmann::json::parse(a.ToJson());
   EXPECT_EQ(j.at("cpu_adam_ms").get<double>(), 60);
   EXPECT_EQ(j.at("nvme_read_bytes").get<uint64_t>(), uint64_t{6} << 20);
   EXPECT_EQ(j.at("collective_bytes").get<uint64_t>(), 0u);
-  EXPECT_EQ(j.size(), 14u);
+  EXPECT_EQ(j.at("overlapped_adam_ms").get<double>(), 14);
+  EXPECT_EQ(j.size(), 15u);
 }
 
 }  // namespace

@@ -222,8 +222,11 @@ TEST_P(EngineStage3Test, GathersAtMostOneModulesParametersBesidesPersistentOnes)
   auto device = testing::MakeHostDevice();
   auto comm = testing::MakeLocalComm();
   auto model = testing::MakeTinyModel(device.get(), DType::kBFloat16, /*tied=*/true, checkpointing);
+  // No prefetch (stage3_prefetch_bucket_size 0): gathers happen only in a module's own hooks
+  // (tests/engine/coordinator bounds the prefetching case).
   Config config =
-      testing::MakeConfig(2, 1, Stage3Keys("cpu", "cpu"), "\"bf16\": {\"enabled\": true},");
+      testing::MakeConfig(2, 1, Stage3Keys("cpu", "cpu") + ", \"stage3_prefetch_bucket_size\": 0",
+                          "\"bf16\": {\"enabled\": true},");
   EngineInit init;
   init.init_param = testing::TestInit(5);
   auto engine = Engine::Initialize(*model, config, *comm, *device, init);

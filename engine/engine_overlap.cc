@@ -1,0 +1,69 @@
+// strata.overlap_step: the engine's side of engine/step_overlap.h — which runs overlap, and the
+// step arguments the boundary backward's early updates use (the expressions ApplyStep uses, so
+// the same floats).
+#include <algorithm>
+#include <utility>
+
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+
+namespace strata {
+
+Status Engine::PlaceStepOverlap() {
+  Impl& im = *impl_;
+  if (!config_.strata.overlap_step || config_.zero.stage < 2 || !im.host_opt ||
+      im.reducer == nullptr) {
+    return Status::Ok();
+  }
+  StepOverlapOptions o;
+  o.device = &device_;
+  o.layout = &layout_;
+  o.sub_groups = im.sub_groups;
+  o.device_grad = static_cast<const float*>(im.grad_partition);
+  if (im.nvme_opt != nullptr) {
+    o.nvme_opt = im.nvme_opt.get();
+    o.host_grad = im.nvme_opt->grad();
+  } else {
+    o.cpu_opt = opt_.get();
+    o.host_grad = opt_->host_grad();
+    o.host_begin = opt_->device_numel();  // partial offload: only the CPU sub-groups
+  }
+  o.param_copy = im.param_copy;
+  o.copy_dtype = compute_dtype_;
+  o.tracer = im.tracer.get();
+  STRATA_ASSIGN_OR_RETURN(im.overlap, StepOverlap::Create(std::move(o)));
+  im.reducer->set_reduced_fn([overlap = im.overlap.get()](const Stream& s, size_t param) {
+    return overlap->OnReduced(s, param);
+  });
+  return Status::Ok();
+}
+
+Status Engine::BeginOverlappedBackward() {
+  Impl& im = *impl_;
+  if (im.overlap == nullptr) return Status::Ok();
+  const int64_t gas = std::max<int64_t>(1, config_.batch.gradient_accumulation_steps);
+  if ((stats_.micro_steps + 1) % gas != 0) return Status::Ok();  // not the boundary
+  // As ApplyStep: the step number once this step counts, its schedule, and the scale with
+  // combined = loss scale (no clipping).
+  OverlapStepArgs a;
+  a.step = stats_.global_steps + 1 - stats_.skipped_steps;
+  a.hp = im.hyperparams;
+  a.hp.lr = static_cast<float>(schedule_->LrForStep(a.step - 1));
+  a.hp.beta1 = static_cast<float>(schedule_->Beta1ForStep(a.step - 1));
+  const double world = comm_.world_size();
+  const double combined = scaler_.scale();
+  a.grad_scale = static_cast<float>(1.0 / (world * combined));
+  a.speculative = config_.training.gradient_clipping > 0 || config_.fp16.enabled ||
+                  config_.bf16.check_grad_overflow;
+  return im.overlap->Begin(a);
+}
+
+int64_t Engine::overlapped_sub_groups() const {
+  return impl_->overlap != nullptr ? impl_->overlap->overlapped_sub_groups() : 0;
+}
+
+int64_t Engine::early_sub_groups() const {
+  return impl_->overlap != nullptr ? impl_->overlap->early_sub_groups() : 0;
+}
+
+}  // namespace strata

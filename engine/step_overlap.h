@@ -1,0 +1,187 @@
+// StepOverlap: the host optimizer step overlapped with the boundary micro-batch's backward
+// (strata.overlap_step, stages 2-3 with offload_optimizer cpu or nvme) — issue #15 "The optimizer
+// overlapped with backward, exactly".
+//
+// Readiness. A sub-group (engine/partition.h) is a run of whole parameter slices, so it is
+// complete once every one of its parameters has been reduced into the device gradient partition.
+// Begin (the engine, before the boundary Backward) arms a count per sub-group; the GradReducer
+// reports each parameter after its += on the stream that ran it (OnReduced). At zero, the
+// sub-group's gradient range goes D2H into the host gradient array on the overlap's own copy
+// stream (after an event on the reduce stream: compute and communication are not held up), and a
+// host function on that stream hands it to the worker thread, which runs the same update the
+// serial step runs (OptimizerState::StepSubGroup, or the NVMe per-sub-group read / update / write)
+// and writes the sub-group's compute-dtype copy (param_copy: the stage-3 shards themselves when
+// they live in pinned CPU memory). With the optimizer on NVMe the worker reads ahead, while it has
+// nothing ready, the state of up to kReadAhead sub-groups in the order backward reaches them (the
+// last first).
+//
+// Exactness (Note [Overlapped step exactness]). The update needs grad_scale = 1 / (world *
+// combined), where combined is the loss scale unless clipping triggers (it depends on the global
+// norm), and an fp16 / bf16.check_grad_overflow Inf/NaN anywhere skips the step. Begin receives
+// the scale assuming no clipping and no overflow (the engine's own expression, so the same
+// float). Without gradient_clipping and without an overflow check that is the scale, and the
+// early update is final. Otherwise it is speculative: before updating a sub-group the worker keeps
+// a copy of its master, moments and param_copy range (pageable memory, at most copy_limit_bytes in
+// all: sub-groups past the bound wait for the serial step). Once the step knows the norm and the
+// overflow flag (computed as before from the whole host gradient array: same bits), Resolve keeps
+// the early updates when the scale, step number and hyperparameters are the ones used, and
+// otherwise restores the kept copies so the serial step redoes those sub-groups with the right
+// scale (Rollback alone: an overflow, the step skipped). Either way the result is bitwise the
+// serial step's: same kernel, same inputs, same grad_scale. A rollback costs the early work and
+// the copies, so after one the next speculative steps are not overlapped (Begin leaves them to the
+// serial step) until every kRetryAfter-th tries again.
+//
+// Stage 3: a sub-group is ready only after the last backward use of each of its parameters, and
+// the copy stream runs after those uses' gathers (the reduce stream follows the compute stream),
+// so rewriting their shards is safe; persistent parameters are re-gathered after the step as
+// before. The write-back to device memory (stage 2's H2D + all-gather, stage 3's device shards)
+// stays in the step.
+//
+// Thread safety: Begin, OnReduced, EndBackward, Finish, Resolve and Rollback are called by the
+// engine's thread (OnReduced through the reducer); the worker thread is internal. Between Begin and
+// Finish nothing else may touch the optimizer state's master, moments, host gradients (apart from
+// their sub-group ranges' D2H here) or param_copy.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "cpu_adam/cpu_optimizer.h"
+#include "engine/optimizer_nvme.h"
+#include "engine/optimizer_state.h"
+#include "engine/partition.h"
+#include "engine/step_breakdown.h"
+#include "offload/device/device.h"
+
+namespace strata {
+
+class Tracer;
+
+struct StepOverlapOptions {
+  Device* device = nullptr;
+  const PartitionLayout* layout = nullptr;
+  std::vector<SubGroup> sub_groups;
+  const float* device_grad = nullptr;  // the fp32 gradient partition (device)
+  // Where the step reads it on the host: host_grad[f - host_begin] is flat element f, for f in
+  // [host_begin, partition_numel) (host_begin > 0 with partial offload: the device sub-groups'
+  // gradients stay on the device). Sub-groups below host_begin are never overlapped.
+  float* host_grad = nullptr;
+  size_t host_begin = 0;
+  // Exactly one: the optimizer state on the cpu tier, or on NVMe. Not owned.
+  OptimizerState* cpu_opt = nullptr;
+  NvmeOptimizerState* nvme_opt = nullptr;
+  void* param_copy = nullptr;  // host-addressable, partition-sized, copy_dtype (may be null)
+  DType copy_dtype = DType::kFloat32;
+  // Bound on the kept copies of a speculative step (master + moments + param_copy range).
+  uint64_t copy_limit_bytes = uint64_t{1} << 30;
+  Tracer* tracer = nullptr;  // optional: a track "adam overlap" with a span per sub-group
+};
+
+// What the early update uses; Resolve compares it, field by field, with the step's own.
+struct OverlapStepArgs {
+  int64_t step = 0;  // the step number the update counts as (>= 1)
+  Hyperparams hp;
+  float grad_scale = 1.0f;
+  bool speculative = true;  // clipping or an overflow check may change the scale / skip
+};
+
+class StepOverlap {
+ public:
+  // How many NVMe sub-groups the worker reads ahead of their readiness.
+  static constexpr int kReadAhead = 2;
+  // After a rollback, speculative steps run serially; every kRetryAfter-th one tries again.
+  static constexpr int kRetryAfter = 8;
+
+  // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
+  // are incomplete.
+  static Result<std::unique_ptr<StepOverlap>> Create(StepOverlapOptions options);
+  // Waits for the copy stream and joins the worker (pending work is dropped).
+  ~StepOverlap();
+  StepOverlap(const StepOverlap&) = delete;
+  StepOverlap& operator=(const StepOverlap&) = delete;
+
+  // Arms the counts for the boundary micro-batch's backward. An earlier step still armed (Step
+  // was not called) is first rolled back.
+  Status Begin(const OverlapStepArgs& args);
+  // The reducer's ReducedFn: parameter `param`'s range is reduced as of `stream`'s work so far.
+  Status OnReduced(const Stream& stream, size_t param);
+  // The engine finished enqueuing the boundary backward (sub-groups done before count as early).
+  void EndBackward() { backward_ended_.store(true); }
+  bool active() const { return active_; }
+
+  // Waits for every overlapped update, then copies the gradient ranges of the sub-groups not
+  // overlapped D2H on `stream` (synchronized) and adds the D2H bytes, the overlapped Adam time
+  // and NVMe bytes to `b`. The first error of the copies or the worker.
+  Status Finish(const Stream& stream, StepBreakdown* b);
+  // After Finish: if `args` equals what the early updates used, they stand and *done marks the
+  // sub-groups they updated (the serial step skips those); else Rollback and *done is all zero.
+  // Ends the step.
+  Status Resolve(const OverlapStepArgs& args, std::vector<char>* done);
+  // After Finish: restores every kept copy (the state before the early updates) and ends the
+  // step. Internal if an early update had no kept copy (a non-speculative step cannot roll back).
+  Status Rollback();
+
+  // Sub-groups updated early (cumulative), and of those the ones done before EndBackward.
+  int64_t overlapped_sub_groups() const { return overlapped_.load(); }
+  int64_t early_sub_groups() const { return early_.load(); }
+
+ private:
+  struct Kept {                 // a speculative sub-group's state before its early update
+    std::vector<float> state;   // master | exp_avg | exp_avg_sq
+    std::vector<uint8_t> copy;  // param_copy range
+  };
+  explicit StepOverlap(StepOverlapOptions o) : o_(std::move(o)) {}
+  size_t Numel(size_t g) const { return o_.sub_groups[g].flat_end - o_.sub_groups[g].flat_begin; }
+  uint64_t KeptBytes(size_t g) const;
+  void WorkerLoop();
+  void Push(size_t g);  // the copy stream's host function: g's gradients are on the host
+  Status UpdateOne(size_t g, std::vector<float>* read_ahead);
+  Status ReadNvme(size_t g, std::vector<float>* state);
+  void Fail(const Status& s);
+
+  StepOverlapOptions o_;
+  std::vector<size_t> group_of_slice_;
+  std::vector<char> eligible_;  // on the host side of the split, and not empty
+  Stream copy_stream_;
+  Event reduced_;
+  std::thread worker_;
+
+  // Engine thread only.
+  bool active_ = false;
+  OverlapStepArgs args_;
+  std::vector<size_t> remaining_;  // unreduced slices per sub-group
+  std::vector<char> copied_;       // D2H enqueued here
+  uint64_t kept_bytes_ = 0;
+  uint64_t pushed_expected_ = 0;
+  bool rolled_back_ = false;  // the last speculative step was undone
+  int serial_since_rollback_ = 0;
+
+  // Shared with the worker (mu_).
+  std::mutex mu_;
+  std::condition_variable cv_;       // the worker waits for work
+  std::condition_variable done_cv_;  // Finish waits for the worker
+  std::deque<size_t> ready_;
+  std::vector<char> done_;                      // updated early this step
+  std::vector<std::unique_ptr<Kept>> kept_;     // speculative copies
+  std::vector<std::vector<float>> read_ahead_;  // NVMe states read ahead (empty: none)
+  std::vector<char> reading_;                   // read ahead or being read
+  uint64_t processed_ = 0, pushed_ = 0;
+  bool armed_ = false, stop_ = false, busy_ = false;
+  Status error_;
+  double adam_ms_ = 0;
+  uint64_t nvme_read_bytes_ = 0, nvme_write_bytes_ = 0;
+
+  std::atomic<bool> backward_ended_{false};
+  std::atomic<int64_t> overlapped_{0}, early_{0};
+};
+
+}  // namespace strata

@@ -1,0 +1,65 @@
+// Test helpers for the ParamCoordinator suites: a tiny Llama wrapped in a CausalLM that, when
+// asked, runs one module's forward hooks out of order (between forward and backward) — a model
+// whose module order depends on a flag — and a stage-3 training run with prefetch settings.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/engine.h"
+#include "models/llama/llama_model.h"
+#include "nn/causal_lm.h"
+#include "offload/device/device.h"
+#include "tests/engine/train/engine_fixture.h"
+
+namespace strata::testing {
+
+class FlagLM final : public nn::CausalLM {
+ public:
+  // `probe`: the module (full name) whose forward hooks run out of order when the flag is set.
+  FlagLM(std::unique_ptr<llama::LlamaForCausalLM> inner, const std::string& probe);
+  const char* type_name() const override { return "FlagLM"; }
+  void set_extra_hooks(bool on) { extra_ = on; }
+
+  Status Forward(const nn::RunContext& ctx, const nn::TokenBatch& batch) override {
+    return inner_->Forward(ctx, batch);
+  }
+  Status Backward(const nn::RunContext& ctx, float loss_scale) override;
+  nn::Tensor logits() const override { return inner_->logits(); }
+  const float* loss_device() const override { return inner_->loss_device(); }
+
+ private:
+  std::unique_ptr<llama::LlamaForCausalLM> inner_;
+  nn::Module* probe_ = nullptr;
+  bool extra_ = false;
+};
+
+struct PrefetchRun {
+  std::string param = "none";  // offload_param.device
+  bool tied = false, checkpointing = false;
+  int64_t bucket = 0;  // stage3_prefetch_bucket_size (0: off)
+  int64_t max_live = 1000000000, reuse = 1000000000;
+  int steps = 3;
+  int64_t gas = 1;
+  int extra_hooks_step = 0;   // 1-based step whose passes run the probe's hooks (0: none)
+  int extra_hooks_rank = -1;  // only this rank (-1: all)
+  std::string probe = "model.layers.1.mlp.up_proj";
+};
+
+struct PrefetchOutcome {
+  std::vector<std::vector<float>> masters;
+  EngineStats stats;
+  std::vector<EngineStats> stats_per_step;
+  Status status;                      // the first error of a Forward/Backward/Step
+  uint64_t largest_module_numel = 0;  // non-persistent elements of the largest module
+};
+
+// Trains `run` at stage 3 (persistence threshold 200: only the norms persist) on `comm`, each
+// rank on its own micro-batches (rank, rank + world, ...).
+PrefetchOutcome TrainPrefetch(Communicator& comm, const PrefetchRun& run, const TokenData& data);
+
+std::string Describe(const PrefetchRun& run);
+
+}  // namespace strata::testing

@@ -1,0 +1,81 @@
+#include "tests/engine/overlap/overlap_cases.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/support/status_matchers.h"
+
+namespace strata::testing {
+
+std::string OverlapCaseName(const OverlapCase& c) {
+  std::string n = "stage" + std::to_string(c.stage) + "_" + c.opt;
+  if (c.stage == 3) n += std::string("_param_") + c.param;
+  n += "_" + std::string(DTypeName(c.dtype));
+  n += c.clip == 0 ? "_noclip" : (c.clip < 1 ? "_clips" : "_clipidle");
+  n += c.overlap_comm ? "_overlapcomm" : "";
+  return n;
+}
+
+namespace {
+
+std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {
+  std::string z = "\"stage\": " + std::to_string(c.stage) +
+                  ", \"sub_group_size\": 3000, \"reduce_bucket_size\": 2000, \"overlap_comm\": " +
+                  (c.overlap_comm ? "true" : "false") + ", \"offload_optimizer\": {\"device\": \"" +
+                  c.opt + "\", \"pin_memory\": false";
+  if (std::string(c.opt) == "nvme") {
+    z += ", \"nvme_path\": \"" + nvme_dir + "\", \"buffer_count\": 2";
+  }
+  z += "}";
+  if (c.stage == 3) {
+    z += ", \"stage3_param_persistence_threshold\": 200, \"offload_param\": {\"device\": \"" +
+         std::string(c.param) + "\", \"pin_memory\": false}";
+  }
+  return z;
+}
+
+std::string ExtraKeys(const OverlapCase& c, bool overlap) {
+  std::string e =
+      std::string("\"strata\": {\"overlap_step\": ") + (overlap ? "true" : "false") + "},";
+  if (c.dtype == DType::kBFloat16) e += "\"bf16\": {\"enabled\": true},";
+  if (c.dtype == DType::kFloat16) {
+    e += "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, \"loss_scale_window\": 2},";
+  }
+  return e;
+}
+
+}  // namespace
+
+OverlapRun RunOverlapCase(Communicator& comm, const OverlapCase& c, bool overlap,
+                          const OverlapRunOptions& options) {
+  OverlapRun out;
+  auto device = MakeHostDevice();
+  auto model = MakeTinyModel(device.get(), c.dtype);
+  Config config = MakeConfig(2, c.gas, ZeroKeys(c, options.nvme_dir), ExtraKeys(c, overlap),
+                             comm.world_size(), c.clip);
+  EngineInit init;
+  init.init_param = TestInit(23);
+  auto engine = Engine::Initialize(*model, config, comm, *device, init);
+  EXPECT_THAT(engine.status(), IsOk()) << OverlapCaseName(c);
+  if (!engine.ok()) return out;
+  Engine& e = **engine;
+  nn::Module* hooked = nullptr;
+  if (options.hooks != nullptr && options.hook_module != nullptr) {
+    hooked = options.hook_module(*model);
+    hooked->AddHooks(options.hooks);
+  }
+  const TokenData data = RandomTokens(41, 64, 2, 16, 256);
+  const size_t world = static_cast<size_t>(comm.world_size());
+  for (int s = 0; s < options.steps; ++s) {
+    if (options.before_step != nullptr) options.before_step(s, options.arg);
+    out.masters = TrainAndGather(e, data, 1, c.gas, &out.losses,
+                                 static_cast<size_t>(comm.rank()) + world * c.gas * s, world);
+    out.norms.push_back(e.stats().last_grad_norm);
+  }
+  if (hooked != nullptr) hooked->RemoveHooksRecursive(options.hooks);
+  out.overlapped = e.overlapped_sub_groups();
+  out.skipped = e.stats().skipped_steps;
+  out.sub_groups = static_cast<int64_t>(e.layout().SubGroups(3000).size());
+  return out;
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,55 @@
+// Shared set-up of the overlapped-step tests (world 1 and the mpirun suite): one engine run of the
+// tiny Llama with strata.overlap_step on or off, and what it ends with.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "nn/module.h"
+#include "tests/engine/train/engine_fixture.h"
+
+namespace strata::testing {
+
+struct OverlapCase {
+  int stage = 2;
+  const char* opt = "cpu";     // offload_optimizer.device: cpu or nvme
+  const char* param = "none";  // offload_param.device (stage 3)
+  DType dtype = DType::kFloat32;
+  double clip = 0;  // gradient_clipping (0: none)
+  bool overlap_comm = false;
+  int64_t gas = 2;
+};
+
+std::string OverlapCaseName(const OverlapCase& c);
+inline void PrintTo(const OverlapCase& c, std::ostream* os) { *os << OverlapCaseName(c); }
+
+struct OverlapRun {
+  std::vector<std::vector<float>> masters;
+  std::vector<float> losses;
+  std::vector<double> norms;  // last_grad_norm after each step
+  int64_t overlapped = 0;     // Engine::overlapped_sub_groups()
+  int64_t skipped = 0;
+  int64_t sub_groups = 0;  // how many sub-groups the partition has
+};
+
+// Trains `steps` steps of `c` on `comm` (rank r takes micro-batches r, r + world, ...) with
+// strata.overlap_step = `overlap`. NVMe state goes under `nvme_dir`. `hooks` (optional) is added
+// to `hook_module(model)` for the run. Failures are reported through gtest.
+using ModulePicker = nn::Module* (*)(llama::LlamaForCausalLM& model);
+struct OverlapRunOptions {
+  int steps = 3;
+  std::string nvme_dir;
+  nn::ModuleHooks* hooks = nullptr;
+  ModulePicker hook_module = nullptr;
+  // Called between steps (e.g. to arm an injector for step s).
+  void (*before_step)(int step, void* arg) = nullptr;
+  void* arg = nullptr;
+};
+OverlapRun RunOverlapCase(Communicator& comm, const OverlapCase& c, bool overlap,
+                          const OverlapRunOptions& options);
+
+}  // namespace strata::testing
