@@ -1,0 +1,146 @@
+#include "bench/overlap/bound_parts.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "aio/aio_handle.h"
+#include "aio/aligned_buffer.h"
+#include "offload/device/registry.h"
+
+namespace strata::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ResidentCompute>> ResidentCompute::Create(const llama::LlamaConfig& model,
+                                                                 DType dtype, uint64_t seed) {
+  std::unique_ptr<ResidentCompute> r(new ResidentCompute());
+  DeviceOptions dev;
+  // Parameters and fp32 gradients, plus room for activations (the arena maps lazily).
+  dev.host.memory_bytes = static_cast<size_t>(model.NumParameters()) * 8 + (size_t{8} << 30);
+  dev.host.populate_memory = false;
+  STRATA_ASSIGN_OR_RETURN(r->device_, CreateDevice(dev));
+  STRATA_ASSIGN_OR_RETURN(r->stream_, r->device_->CreateStream());
+  llama::LlamaModelOptions mo;
+  mo.dtype = dtype;
+  mo.seed = seed;
+  STRATA_ASSIGN_OR_RETURN(r->model_, llama::LlamaForCausalLM::Create(model, r->device_.get(), mo));
+  return r;
+}
+
+ResidentCompute::~ResidentCompute() {
+  model_.reset();
+  if (stream_.valid()) device_->DestroyStream(stream_).IgnoreError();
+}
+
+Result<double> ResidentCompute::Run(const nn::TokenBatch& batch) {
+  const nn::RunContext ctx{device_.get(), stream_, true};
+  const auto t0 = Clock::now();
+  STRATA_RETURN_IF_ERROR(model_->Forward(ctx, batch));
+  STRATA_RETURN_IF_ERROR(model_->Backward(ctx, 1.0f));
+  STRATA_RETURN_IF_ERROR(model_->ReadLoss(ctx).status());
+  return Since(t0);
+}
+
+Result<std::unique_ptr<AdamAlone>> AdamAlone::Create(size_t numel, size_t sub_group_numel) {
+  STRATA_ASSIGN_OR_RETURN(CpuOptimizer opt, CpuOptimizer::Create(OptimizerKind::kAdam));
+  std::unique_ptr<AdamAlone> a(new AdamAlone(std::move(opt)));
+  a->numel_ = numel;
+  a->sub_group_numel_ = std::max<size_t>(1, std::min(sub_group_numel, numel));
+  a->params_.assign(numel, 0.01f);
+  a->grads_.assign(numel, 0.001f);
+  a->m_.assign(numel, 0.0f);
+  a->v_.assign(numel, 0.0f);
+  return a;
+}
+
+Result<double> AdamAlone::Run() {
+  Hyperparams hp;
+  hp.lr = 1e-4f;
+  hp.adam_w_mode = true;
+  hp.weight_decay = 0.01f;
+  ++step_;
+  const auto t0 = Clock::now();
+  for (size_t b = 0; b < numel_; b += sub_group_numel_) {
+    StepTensors t;
+    t.numel = std::min(sub_group_numel_, numel_ - b);
+    t.params = params_.data() + b;
+    t.grads = grads_.data() + b;
+    t.exp_avg = m_.data() + b;
+    t.exp_avg_sq = v_.data() + b;
+    STRATA_RETURN_IF_ERROR(opt_.StepAt(hp, step_, t));
+  }
+  return Since(t0);
+}
+
+double MeasureMemcpyGbps() {
+  const size_t n = size_t{64} << 20;
+  std::vector<uint8_t> a(n, 1), b(n, 2);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    const double s = Since(t0);
+    a[static_cast<size_t>(i)] = b[n - 1 - static_cast<size_t>(i)];  // keep the copy observable
+    best = std::max(best, static_cast<double>(n) / s * 1e-9);
+  }
+  return best;
+}
+
+Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
+                                 size_t request_bytes, uint64_t max_write_bytes) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, uint64_t>> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->file_size(ec) > 0) {
+      files.emplace_back(it->path().string(), it->file_size(ec));
+    }
+  }
+  if (files.empty()) {
+    return NotFoundError("aio sweep: no swap files under " + dir + " to read");
+  }
+  request_bytes = std::max<size_t>(4096, request_bytes / 4096 * 4096);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<AioHandle> aio, AioHandle::Create(options));
+  STRATA_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(request_bytes));
+  AioSpeed out;
+  out.engine = aio->Describe();
+  out.files = static_cast<int>(files.size());
+
+  const auto r0 = Clock::now();
+  for (const auto& [path, size] : files) {
+    for (uint64_t off = 0; off < size; off += request_bytes) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(request_bytes, size - off));
+      STRATA_ASSIGN_OR_RETURN(size_t got, aio->Pread(path, buf.data(), n, off));
+      out.read_bytes += got;
+    }
+    STRATA_RETURN_IF_ERROR(aio->Close(path));
+  }
+  out.read_gbps = static_cast<double>(out.read_bytes) / Since(r0) * 1e-9;
+
+  const std::string scratch = (fs::path(dir) / "aio_sweep.scratch").string();
+  const uint64_t total =
+      std::max<uint64_t>(request_bytes, std::min<uint64_t>(out.read_bytes, max_write_bytes) /
+                                            request_bytes * request_bytes);
+  std::memset(buf.data(), 0x5a, request_bytes);
+  const auto w0 = Clock::now();
+  for (uint64_t off = 0; off < total; off += request_bytes) {
+    STRATA_ASSIGN_OR_RETURN(size_t put, aio->Pwrite(scratch, buf.data(), request_bytes, off));
+    out.write_bytes += put;
+  }
+  out.write_gbps = static_cast<double>(out.write_bytes) / Since(w0) * 1e-9;
+  STRATA_RETURN_IF_ERROR(aio->Close(scratch));
+  fs::remove(scratch, ec);
+  return out;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,74 @@
+// The parts of bench/overlap's lower bound on a step, each measured alone in the same run
+// (issue #15, "Benchmarks"): the model's forward + backward with every parameter resident on an
+// unpaced device, the CPU Adam sub-group loop over the rank's partition, the host's memcpy speed
+// (what a paced link copy costs the CPU on the host-emulated device) and the read / write speed
+// Strata's own aio reaches on the swap directory's files with the step's block size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aio/aio_options.h"
+#include "core/status.h"
+#include "cpu_adam/cpu_optimizer.h"
+#include "models/llama/llama_config.h"
+#include "models/llama/llama_model.h"
+#include "nn/causal_lm.h"
+#include "offload/device/device.h"
+
+namespace strata::bench {
+
+// Forward + backward of the Llama with all parameters and gradients resident on an unpaced,
+// uncapped host-emulated device: the compute a step cannot avoid.
+class ResidentCompute {
+ public:
+  static Result<std::unique_ptr<ResidentCompute>> Create(const llama::LlamaConfig& model,
+                                                         DType dtype, uint64_t seed);
+  ~ResidentCompute();
+  // Seconds of one forward + backward (+ the loss read, which synchronizes).
+  Result<double> Run(const nn::TokenBatch& batch);
+
+ private:
+  ResidentCompute() = default;
+  std::unique_ptr<Device> device_;
+  Stream stream_;
+  std::unique_ptr<llama::LlamaForCausalLM> model_;
+};
+
+// CPU Adam over `numel` fp32 elements in sub-groups of `sub_group_numel`, as the engine steps
+// its partition (master, gradient and both moments in RAM: the kernel without the I/O).
+class AdamAlone {
+ public:
+  static Result<std::unique_ptr<AdamAlone>> Create(size_t numel, size_t sub_group_numel);
+  // Seconds of one step over all sub-groups.
+  Result<double> Run();
+
+ private:
+  AdamAlone(CpuOptimizer opt) : opt_(std::move(opt)) {}
+  CpuOptimizer opt_;
+  size_t numel_ = 0, sub_group_numel_ = 0;
+  std::vector<float> params_, grads_, m_, v_;
+  int64_t step_ = 0;
+};
+
+// GB/s (1e9 B/s) of a single-thread memcpy between two fresh-touched 64 MiB buffers.
+double MeasureMemcpyGbps();
+
+struct AioSpeed {
+  double read_gbps = 0;
+  double write_gbps = 0;
+  uint64_t read_bytes = 0;
+  uint64_t write_bytes = 0;
+  int files = 0;
+  std::string engine;  // AioHandle::Describe()
+};
+
+// Reads every regular file under `dir` (recursively) in `request_bytes` requests through an
+// AioHandle with `options`, then writes a scratch file of min(read bytes, max_write_bytes) in the
+// same directory with the same requests (and removes it). NotFound when `dir` has no files.
+Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
+                                 size_t request_bytes, uint64_t max_write_bytes);
+
+}  // namespace strata::bench

@@ -1,0 +1,98 @@
+#include "bench/overlap/engine_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include "engine/comm/registry.h"
+#include "offload/device/registry.h"
+#include "tools/strata/cmd_train_memory.h"
+
+namespace strata::bench {
+
+Result<std::unique_ptr<EngineRun>> EngineRun::Create(const EngineRunOptions& o) {
+  std::unique_ptr<EngineRun> r(new EngineRun());
+  RunContext run;
+  run.world_size = 1;
+  run.hidden_size = o.model.hidden_size;
+  STRATA_ASSIGN_OR_RETURN(r->config_, LoadConfigText(o.config_json, o.name, run));
+  const Config& c = r->config_;
+  STRATA_ASSIGN_OR_RETURN(r->plan_, cli::PlanTrainRun(o.model, c, 1, 0, o.seq_len));
+
+  DeviceOptions dev;
+  dev.host.memory_bytes = c.strata.device_memory_bytes;
+  dev.host.link_bandwidth_gbps = c.strata.link_gbps;
+  dev.host.populate_memory = false;
+  STRATA_ASSIGN_OR_RETURN(r->device_, CreateDevice(dev));
+  TierBudget unlimited;
+  STRATA_RETURN_IF_ERROR(
+      cli::CheckTrainRunFits(r->plan_, *r->device_, o.budget ? *o.budget : unlimited)
+          .WithContext(o.name));
+  CommOptions co;
+  co.backend = CommBackend::kLocal;
+  STRATA_ASSIGN_OR_RETURN(r->comm_, CreateCommunicator(co));
+
+  llama::LlamaModelOptions mo;
+  mo.dtype = c.bf16.enabled ? DType::kBFloat16 : c.fp16.enabled ? DType::kFloat16 : DType::kFloat32;
+  mo.allocate_parameters = false;
+  mo.allocate_grads = false;
+  STRATA_ASSIGN_OR_RETURN(r->model_,
+                          llama::LlamaForCausalLM::Create(o.model, r->device_.get(), mo));
+  EngineInit init;
+  init.init_param = RandomParamInit(o.seed);
+  init.budget = o.budget;
+  Result<std::unique_ptr<Engine>> e =
+      Engine::Initialize(*r->model_, r->config_, *r->comm_, *r->device_, init);
+  if (!e.ok()) return e.status().WithContext(o.name);
+  r->engine_ = std::move(e).value();
+  return r;
+}
+
+EngineRun::~EngineRun() {
+  engine_.reset();  // before the model, communicator and device it uses
+  model_.reset();
+  comm_.reset();
+}
+
+Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
+  using Clock = std::chrono::steady_clock;
+  EngineStepResult out;
+  const auto t0 = Clock::now();
+  STRATA_RETURN_IF_ERROR(engine_->Forward(batch));
+  STRATA_RETURN_IF_ERROR(engine_->Backward());
+  STRATA_RETURN_IF_ERROR(engine_->Step());  // returns with its streams drained
+  STRATA_ASSIGN_OR_RETURN(out.loss, engine_->Loss());
+  out.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.breakdown = engine_->last_breakdown();
+  return out;
+}
+
+ParamInitFn RandomParamInit(uint64_t seed) {
+  return [seed](const nn::Parameter& p, std::span<float> out) -> Status {
+    if (p.name().ends_with("norm.weight")) {
+      std::fill(out.begin(), out.end(), 1.0f);
+      return Status::Ok();
+    }
+    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(p.index()));
+    std::normal_distribution<float> d(0.0f, 0.02f);
+    for (float& x : out) x = d(rng);
+    return Status::Ok();
+  };
+}
+
+std::vector<int32_t> RandomTokens(size_t numel, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(numel);
+  uint64_t x = seed * 2654435761u + 12345;
+  for (int32_t& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
+uint64_t ModelAndOptimizerBytes(const llama::LlamaConfig& model, DType compute_dtype) {
+  return static_cast<uint64_t>(model.NumParameters()) * (DTypeBytes(compute_dtype) + 12);
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,209 @@
+// overlap: how close a ZeRO-Infinity step comes to its lower bound, and what overlap buys
+// (issue #15, "Benchmarks").
+//
+//   overlap [--json] [--rounds 3] [--sizes balanced,io,compute] [--dir DIR] [--link-gbps 3]
+//           [--preset P | --hidden 512 --layers 8 --heads 8 --intermediate 1376 --vocab 8192]
+//           [--seq-balanced 128 --seq-io 16 --seq-compute 512] [--batch 1]
+//           [--state-over-device 10] [--sub-group-size 4000000] [--threads 2]
+//
+// A Llama (fp32) trains at stage 3 with its optimizer state (fp32 master, Adam m, v) on NVMe and
+// its parameters on NVMe (on pinned CPU memory when the engine refuses offload_param nvme; the
+// JSON says which), on a host-emulated device whose memory is params + optimizer state / 10
+// (raised to what the memory plan needs, activations included, if that is more) and whose link
+// is paced at --link-gbps, below memcpy speed. Two engines run the same model and batch:
+//   overlapped  stage3_prefetch_bucket_size > 0 (the coordinator prefetches), strata.overlap_step,
+//               pipeline_read / pipeline_write, overlap_comm;
+//   serial      prefetch 0, overlap_step false, no pipelining, overlap_comm false: fetch,
+//               compute and step strictly in sequence.
+// In the same rounds (ABBA order) the bound's parts are measured alone: forward + backward with
+// every parameter resident on an unpaced device (compute), the CPU Adam sub-group loop over the
+// whole partition in RAM (adam), and an AioHandle read sweep of the overlapped engine's swap
+// files plus a write sweep of a scratch file there, with the config's aio options and one
+// sub-group tensor per request (the disk speed Strata's own aio reaches here). Then
+//   bound = max(cpu work = compute + adam + (h2d + d2h bytes) / memcpy speed,
+//               nvme read bytes / aio read speed + nvme write bytes / aio write speed,
+//               max(h2d, d2h bytes) / link speed)
+// with the byte counts from the overlapped step's breakdown. Compute, Adam, the link copies and
+// the aio threads all share this machine's 2 cores, so the CPU work is one term, not three.
+//
+// Three sizes vary the tokens per step against the same model: balanced (NVMe time ~ CPU work),
+// io (few tokens: NVMe-bound) and compute (many tokens: compute-bound). --json prints
+// overlapped_over_bound (the worst size; target <= 1.15), serial_over_overlapped (at balanced;
+// target >= 1.5) and each size's medians, rounds, bound parts and breakdowns.
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/overlap/bound_parts.h"
+#include "bench/overlap/size_run.h"
+#include "core/flags.h"
+#include "nn/host/host_threads.h"
+
+namespace strata::bench {
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "overlap: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Options {
+  bool json = false;
+  int64_t rounds = 3, threads = 2, batch = 1;
+  std::string sizes = "balanced,io,compute";
+  std::string dir;
+  std::string preset;
+  double link_gbps = 3.0, state_over_device = 10.0;
+  int64_t hidden = 512, layers = 8, heads = 8, intermediate = 1376, vocab = 8192;
+  int64_t seq_balanced = 128, seq_io = 16, seq_compute = 512;
+  int64_t sub_group_size = 4000000;
+};
+
+std::vector<std::string> SplitSizes(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (part != "balanced" && part != "io" && part != "compute") {
+      Die("--sizes: '" + part + "' is not a size; sizes: balanced, io, compute");
+    }
+    out.push_back(part);
+  }
+  if (out.empty()) Die("--sizes: give at least one of balanced, io, compute");
+  return out;
+}
+
+int Run(const Options& o) {
+  tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
+                          static_cast<size_t>(o.threads));
+  nn::SetHostBlasThreads(static_cast<int>(o.threads));
+  llama::LlamaConfig mc;
+  if (!o.preset.empty()) {
+    Result<llama::LlamaConfig> p = llama::LlamaPreset(o.preset);
+    if (!p.ok()) Die("--preset: " + p.status().message());
+    mc = *p;
+  } else {
+    mc.hidden_size = o.hidden;
+    mc.num_hidden_layers = o.layers;
+    mc.num_attention_heads = mc.num_key_value_heads = o.heads;
+    mc.intermediate_size = o.intermediate;
+    mc.vocab_size = o.vocab;
+  }
+  mc.max_position_embeddings = std::max<int64_t>(
+      mc.max_position_embeddings, std::max({o.seq_balanced, o.seq_io, o.seq_compute}));
+  const std::string dir = o.dir.empty() ? "overlap-swap" : o.dir;
+  std::filesystem::create_directories(dir);
+  const double memcpy_gbps = MeasureMemcpyGbps();
+
+  nlohmann::json out;
+  out["model"] = {{"params", mc.NumParameters()},
+                  {"hidden", mc.hidden_size},
+                  {"layers", mc.num_hidden_layers},
+                  {"heads", mc.num_attention_heads},
+                  {"intermediate", mc.intermediate_size},
+                  {"vocab", mc.vocab_size},
+                  {"dtype", "fp32"}};
+  out["link_gbps"] = o.link_gbps;
+  out["memcpy_gbps"] = memcpy_gbps;
+  out["rounds"] = o.rounds;
+  out["threads"] = o.threads;
+  out["targets"] = {{"overlapped_over_bound", "<= 1.15"}, {"serial_over_overlapped", ">= 1.5"}};
+  double worst = 0;
+  std::string worst_size;
+  for (const std::string& name : SplitSizes(o.sizes)) {
+    SizeOptions so;
+    so.name = name;
+    so.model = mc;
+    so.batch = o.batch;
+    so.seq = name == "balanced" ? o.seq_balanced : name == "io" ? o.seq_io : o.seq_compute;
+    so.rounds = o.rounds;
+    so.link_gbps = o.link_gbps;
+    so.state_over_device = o.state_over_device;
+    so.sub_group_size = o.sub_group_size;
+    so.dir = dir;
+    so.memcpy_gbps = memcpy_gbps;
+    so.verbose = !o.json;
+    Result<nlohmann::json> r = RunSize(so);
+    if (!r.ok()) Die(name + ": " + r.status().ToString());
+    const double ratio = (*r)["overlapped_over_bound"].get<double>();
+    if (ratio > worst) worst = ratio, worst_size = name;
+    out["sizes"][name] = *r;
+  }
+  out["overlapped_over_bound"] = worst;
+  out["overlapped_over_bound_size"] = worst_size;
+  const std::string ref = out["sizes"].contains("balanced") ? "balanced" : worst_size;
+  out["serial_over_overlapped"] = out["sizes"][ref]["serial_over_overlapped"];
+  out["serial_over_overlapped_size"] = ref;
+  std::error_code ec;
+  if (o.dir.empty()) std::filesystem::remove_all(dir, ec);
+
+  if (o.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("overlap: %lld params, link %.1f GB/s, memcpy %.1f GB/s\n",
+              static_cast<long long>(mc.NumParameters()), o.link_gbps, memcpy_gbps);
+  for (const auto& [name, s] : out["sizes"].items()) {
+    std::printf(
+        "  %-8s seq %-4lld overlapped %.3f s  serial %.3f s  bound %.3f s (%s)  over/bound "
+        "%.2f  serial/over %.2f\n",
+        name.c_str(), static_cast<long long>(s["seq"].get<int64_t>()),
+        s["overlapped_s"].get<double>(), s["serial_s"].get<double>(), s["bound_s"].get<double>(),
+        s["bound_formed_by"].get<std::string>().c_str(), s["overlapped_over_bound"].get<double>(),
+        s["serial_over_overlapped"].get<double>());
+  }
+  std::printf(
+      "overlapped_over_bound %.3f (%s; target <= 1.15), serial_over_overlapped %.3f (%s; "
+      "target >= 1.5)\n",
+      worst, worst_size.c_str(), out["serial_over_overlapped"].get<double>(), ref.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::bench
+
+int main(int argc, char** argv) {
+  using strata::FlagParser;
+  strata::bench::Options o;
+  FlagParser flags(
+      "overlap [options]: ZeRO-Infinity steps, overlapped and serial, against their bound");
+  flags.Bool("json", &o.json, "print one JSON object");
+  flags.Int("rounds", &o.rounds, "interleaved measurement rounds (median)", 1, 1000);
+  flags.String("sizes", &o.sizes, "comma-separated sizes: balanced, io, compute");
+  flags.String("dir", &o.dir, "swap directory (default ./overlap-swap, removed at the end)");
+  flags.String("preset", &o.preset, "Llama preset (tiny, small, 1b, 7b) instead of the dims");
+  flags.Double("link-gbps", &o.link_gbps, "emulated host<->device link, GB/s (0: unpaced)");
+  flags.Double("state-over-device", &o.state_over_device,
+               "params + optimizer state over the emulated device memory");
+  flags.Int("hidden", &o.hidden, "hidden size", 8, 65536);
+  flags.Int("layers", &o.layers, "decoder layers", 1, 1024);
+  flags.Int("heads", &o.heads, "attention heads", 1, 1024);
+  flags.Int("intermediate", &o.intermediate, "MLP intermediate size", 8, 1 << 20);
+  flags.Int("vocab", &o.vocab, "vocabulary size", 256, 1 << 20);
+  flags.Int("batch", &o.batch, "sequences per step", 1, 1024);
+  flags.Int("seq-balanced", &o.seq_balanced, "tokens per sequence at the balanced size", 2, 65536);
+  flags.Int("seq-io", &o.seq_io, "tokens per sequence at the I/O-bound size", 2, 65536);
+  flags.Int("seq-compute", &o.seq_compute, "tokens per sequence at the compute-bound size", 2,
+            65536);
+  flags.Int("sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size (elements)",
+            4096, int64_t{1} << 40);
+  flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
+  std::vector<std::string> positional;
+  strata::Status s = flags.Parse(argc, argv, 1, &positional);
+  if (!s.ok()) strata::bench::Die(s.message());
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return 0;
+  }
+  if (!positional.empty()) strata::bench::Die("unexpected argument '" + positional[0] + "'");
+  if (o.link_gbps < 0) strata::bench::Die("--link-gbps must be >= 0");
+  if (o.state_over_device <= 0) strata::bench::Die("--state-over-device must be > 0");
+  return strata::bench::Run(o);
+}

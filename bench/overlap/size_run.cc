@@ -1,0 +1,243 @@
+#include "bench/overlap/size_run.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "bench/overlap/bound_parts.h"
+#include "bench/overlap/engine_run.h"
+#include "tools/strata/cmd_train_memory.h"
+
+namespace strata::bench {
+namespace {
+
+using nlohmann::json;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Schedule {
+  bool overlapped = true;
+  std::string param_device = "nvme";
+};
+
+// The largest module's parameters: a decoder layer's or the embedding's.
+int64_t LargestModuleNumel(const llama::LlamaConfig& m) {
+  const int64_t h = m.hidden_size, kv = m.num_key_value_heads * m.head_dim();
+  const int64_t layer = 2 * h * h + 2 * h * kv + 3 * h * m.intermediate_size;
+  return std::max(layer, m.vocab_size * h);
+}
+
+// The DeepSpeed config of one schedule. Overlapped: the coordinator prefetches (a bucket of the
+// largest module), the optimizer overlaps backward, the swapper pipelines its reads and writes,
+// reduce-scatters run on the comm stream. Serial: none of these, so fetch, compute and step
+// happen strictly in sequence. Both: at most two of the largest modules live, reduce buckets of
+// one, so the device holds a few modules at a time whatever the model's depth.
+std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_bytes,
+                       const std::string& swap_dir) {
+  const int64_t module = LargestModuleNumel(o.model);
+  json param = {{"device", s.param_device}};
+  if (s.param_device == "nvme") param["nvme_path"] = swap_dir;
+  json zero = {{"stage", 3},
+               {"sub_group_size", o.sub_group_size},
+               {"overlap_comm", s.overlapped},
+               {"stage3_prefetch_bucket_size", s.overlapped ? module : 0},
+               {"stage3_max_live_parameters", 2 * module},
+               {"reduce_bucket_size", module},
+               {"allgather_bucket_size", module},
+               {"offload_param", param},
+               {"offload_optimizer",
+                {{"device", "nvme"},
+                 {"nvme_path", swap_dir},
+                 {"pipeline_read", s.overlapped},
+                 {"pipeline_write", s.overlapped}}}};
+  json c = {{"train_micro_batch_size_per_gpu", o.batch},
+            {"gradient_accumulation_steps", 1},
+            {"gradient_clipping", 1.0},
+            {"steps_per_print", 1000000},
+            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"weight_decay", 0.01}}}}},
+            {"zero_optimization", zero},
+            {"strata",
+             {{"device_memory", device_bytes},
+              {"link_gbps", o.link_gbps},
+              {"overlap_step", s.overlapped}}}};
+  return c.dump();
+}
+
+// The device memory for this size: params + optimizer state / state_over_device, but never less
+// than the plan needs (activations included) with 10% to spare; the JSON says which.
+Result<uint64_t> DeviceBytes(const SizeOptions& o, bool* raised) {
+  const uint64_t state = ModelAndOptimizerBytes(o.model, DType::kFloat32);
+  const uint64_t want = static_cast<uint64_t>(static_cast<double>(state) / o.state_over_device);
+  RunContext run;
+  run.world_size = 1;
+  run.hidden_size = o.model.hidden_size;
+  STRATA_ASSIGN_OR_RETURN(Config c,
+                          LoadConfigText(ConfigJson(o, {true, "nvme"}, want, "/tmp"), "plan", run));
+  STRATA_ASSIGN_OR_RETURN(MemoryPlan plan, cli::PlanTrainRun(o.model, c, 1, 0, o.seq));
+  const uint64_t need = plan.bytes(PlanTier::kDevice) * 11 / 10 + (uint64_t{4} << 20);
+  *raised = need > want;
+  return std::max(want, need) / 4096 * 4096 + 4096;
+}
+
+Result<std::unique_ptr<EngineRun>> MakeRun(const SizeOptions& o, const Schedule& s,
+                                           uint64_t device_bytes, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  EngineRunOptions eo;
+  eo.name = s.overlapped ? "overlapped" : "serial";
+  eo.model = o.model;
+  eo.seq_len = o.seq;
+  eo.config_json = ConfigJson(o, s, device_bytes, dir);
+  return EngineRun::Create(eo);
+}
+
+json PartsJson(double compute, double adam, double copies_cpu, double nvme, double link) {
+  return {{"compute_s", compute},
+          {"adam_s", adam},
+          {"copies_cpu_s", copies_cpu},
+          {"cpu_work_s", compute + adam + copies_cpu},
+          {"nvme_s", nvme},
+          {"link_s", link}};
+}
+
+}  // namespace
+
+Result<json> RunSize(const SizeOptions& o) {
+  namespace fs = std::filesystem;
+  bool raised = false;
+  STRATA_ASSIGN_OR_RETURN(const uint64_t device_bytes, DeviceBytes(o, &raised));
+  const fs::path base = fs::path(o.dir) / o.name;
+  const std::string odir = (base / "overlapped").string(), sdir = (base / "serial").string();
+
+  // Parameters on NVMe when the engine has it, else on pinned CPU memory (and the JSON says so).
+  Schedule sched_o{true, "nvme"}, sched_s{false, "nvme"};
+  std::string param_note = "nvme";
+  Result<std::unique_ptr<EngineRun>> ro = MakeRun(o, sched_o, device_bytes, odir);
+  if (!ro.ok() && ro.status().code() == StatusCode::kUnimplemented) {
+    param_note = "cpu (offload_param nvme refused: " + ro.status().message() + ")";
+    sched_o.param_device = sched_s.param_device = "cpu";
+    ro = MakeRun(o, sched_o, device_bytes, odir);
+  }
+  STRATA_RETURN_IF_ERROR(ro.status());
+  std::unique_ptr<EngineRun> run_o = std::move(ro).value();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<EngineRun> run_s,
+                          MakeRun(o, sched_s, device_bytes, sdir));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ResidentCompute> compute,
+                          ResidentCompute::Create(o.model, DType::kFloat32, 7));
+  const size_t numel = static_cast<size_t>(o.model.NumParameters());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<AdamAlone> adam,
+                          AdamAlone::Create(numel, static_cast<size_t>(o.sub_group_size)));
+
+  const std::vector<int32_t> ids =
+      RandomTokens(static_cast<size_t>(o.batch * o.seq), o.model.vocab_size, 99);
+  const nn::TokenBatch batch{ids, ids, o.batch, o.seq};
+  const AioOptions aio = run_o->config().aio;
+  const size_t request = static_cast<size_t>(std::min<int64_t>(o.sub_group_size, numel)) * 4;
+
+  // Warm-up: buffers, page faults, the BLAS pool, the coordinator's first (recording) step.
+  STRATA_RETURN_IF_ERROR(run_o->Step(batch).status());
+  STRATA_RETURN_IF_ERROR(run_s->Step(batch).status());
+  STRATA_RETURN_IF_ERROR(compute->Run(batch).status());
+  STRATA_RETURN_IF_ERROR(adam->Run().status());
+
+  std::vector<double> t_over, t_serial, t_compute, t_adam, rd_gbps, wr_gbps;
+  std::vector<float> losses;
+  EngineStepResult last_o, last_s;
+  AioSpeed speed;
+  for (int64_t r = 0; r < o.rounds; ++r) {
+    // ABBA: even rounds overlapped first, odd rounds serial first (and the parts in reverse).
+    const bool fwd = r % 2 == 0;
+    for (int k = 0; k < 5; ++k) {
+      const int part = fwd ? k : 4 - k;
+      if (part == 0) {
+        STRATA_ASSIGN_OR_RETURN(last_o, run_o->Step(batch));
+        t_over.push_back(last_o.total_s);
+        losses.push_back(last_o.loss);
+      } else if (part == 1) {
+        STRATA_ASSIGN_OR_RETURN(last_s, run_s->Step(batch));
+        t_serial.push_back(last_s.total_s);
+      } else if (part == 2) {
+        STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
+        t_compute.push_back(s);
+      } else if (part == 3) {
+        STRATA_ASSIGN_OR_RETURN(double s, adam->Run());
+        t_adam.push_back(s);
+      } else {
+        STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, uint64_t{1} << 30));
+        rd_gbps.push_back(speed.read_gbps);
+        wr_gbps.push_back(speed.write_gbps);
+      }
+    }
+    if (o.verbose) {
+      std::fprintf(stderr,
+                   "  %s round %lld: overlapped %.3f s, serial %.3f s, compute %.3f s, adam "
+                   "%.3f s, aio r %.2f w %.2f GB/s\n",
+                   o.name.c_str(), static_cast<long long>(r), t_over.back(), t_serial.back(),
+                   t_compute.back(), t_adam.back(), rd_gbps.back(), wr_gbps.back());
+    }
+  }
+
+  // The bound, from the medians and the overlapped step's own byte counts.
+  const StepBreakdown& b = last_o.breakdown;
+  const double compute_s = Median(t_compute), adam_s = Median(t_adam);
+  const double copies_cpu_s =
+      o.memcpy_gbps > 0 ? static_cast<double>(b.h2d_bytes + b.d2h_bytes) / (o.memcpy_gbps * 1e9)
+                        : 0.0;
+  const double rd = Median(rd_gbps), wr = Median(wr_gbps);
+  const double nvme_s = static_cast<double>(b.nvme_read_bytes) / (rd * 1e9) +
+                        static_cast<double>(b.nvme_write_bytes) / (wr * 1e9);
+  const double link_s = o.link_gbps > 0 ? static_cast<double>(std::max(b.h2d_bytes, b.d2h_bytes)) /
+                                              (o.link_gbps * 1e9)
+                                        : 0.0;
+  const double cpu_work = compute_s + adam_s + copies_cpu_s;
+  double bound = cpu_work;
+  std::string formed_by = "cpu work (compute + adam + copies' cpu time)";
+  if (nvme_s > bound) bound = nvme_s, formed_by = "nvme bytes / aio read+write speed";
+  if (link_s > bound) bound = link_s, formed_by = "link bytes / link speed";
+  const double over = Median(t_over), ser = Median(t_serial);
+
+  json j;
+  j["seq"] = o.seq;
+  j["batch"] = o.batch;
+  j["param_device"] = param_note;
+  j["device_memory_bytes"] = device_bytes;
+  j["state_bytes"] = ModelAndOptimizerBytes(o.model, DType::kFloat32);
+  j["state_over_device"] =
+      static_cast<double>(j["state_bytes"].get<uint64_t>()) / static_cast<double>(device_bytes);
+  j["device_memory_raised_to_fit"] = raised;
+  j["overlapped_s"] = over;
+  j["serial_s"] = ser;
+  j["overlapped_steps_s"] = t_over;
+  j["serial_steps_s"] = t_serial;
+  j["bound_s"] = bound;
+  j["bound_formed_by"] = formed_by;
+  j["bound_parts"] = PartsJson(compute_s, adam_s, copies_cpu_s, nvme_s, link_s);
+  j["bound_parts"]["nvme_read_bytes"] = b.nvme_read_bytes;
+  j["bound_parts"]["nvme_write_bytes"] = b.nvme_write_bytes;
+  j["bound_parts"]["h2d_bytes"] = b.h2d_bytes;
+  j["bound_parts"]["d2h_bytes"] = b.d2h_bytes;
+  j["bound_parts"]["aio_read_gbps"] = rd;
+  j["bound_parts"]["aio_write_gbps"] = wr;
+  j["bound_parts"]["aio"] = speed.engine;
+  j["bound_parts"]["aio_request_bytes"] = request;
+  j["bound_parts"]["memcpy_gbps"] = o.memcpy_gbps;
+  j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
+  j["serial_over_overlapped"] = over > 0 ? ser / over : 0.0;
+  j["losses_overlapped"] = losses;
+  j["breakdown_overlapped"] = json::parse(last_o.breakdown.ToJson());
+  j["breakdown_serial"] = json::parse(last_s.breakdown.ToJson());
+
+  run_o.reset();
+  run_s.reset();
+  std::error_code ec;
+  fs::remove_all(base, ec);
+  return j;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,32 @@
+// One size of bench/overlap: the overlapped and the serial schedule of the same Llama, state on
+// NVMe, and the bound's parts, all measured interleaved in one run (main.cc has the whole story).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "models/llama/llama_config.h"
+
+namespace strata::bench {
+
+struct SizeOptions {
+  std::string name;  // "balanced", "io", "compute"
+  llama::LlamaConfig model;
+  int64_t batch = 1, seq = 64;
+  int64_t rounds = 3;
+  double link_gbps = 3.0;
+  double state_over_device = 10.0;   // params + optimizer state over the emulated device memory
+  int64_t sub_group_size = 4000000;  // elements
+  std::string dir;                   // swap files go under dir/<name>/{overlapped,serial}
+  double memcpy_gbps = 0;            // measured once by the caller
+  bool verbose = true;               // progress lines on stderr
+};
+
+// Runs the size; the JSON has the step times (every round and the medians), the bound and its
+// parts, the ratios, each schedule's last breakdown and what ran (param tier, configs).
+Result<nlohmann::json> RunSize(const SizeOptions& options);
+
+}  // namespace strata::bench
