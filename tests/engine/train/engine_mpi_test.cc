@@ -32,12 +32,15 @@ struct Placement {
   DType dtype = DType::kFloat32;
   bool tied = false;           // tie_word_embeddings
   bool checkpointing = false;  // activation checkpointing
+  double ratio = 1.0;          // offload_optimizer.ratio (partial offload)
 };
 
 std::string Describe(const Placement& r) {
   return "stage " + std::to_string(r.stage) + " opt " + r.opt + " param " + r.param +
          (r.overlap ? " overlap" : "") + (r.tied ? " tied" : "") +
-         (r.checkpointing ? " checkpointing" : "") + " " + std::string(DTypeName(r.dtype));
+         (r.checkpointing ? " checkpointing" : "") +
+         (r.ratio < 1 ? " ratio " + std::to_string(r.ratio) : "") + " " +
+         std::string(DTypeName(r.dtype));
 }
 
 struct RunOutcome {
@@ -61,7 +64,8 @@ RunOutcome TrainOnRanks(Communicator& comm, const Placement& run, const testing:
                      ", \"sub_group_size\": 5000, \"reduce_bucket_size\": 40000, " +
                      "\"overlap_comm\": " + (run.overlap ? "true" : "false") +
                      ", \"offload_optimizer\": {\"device\": \"" + run.opt +
-                     "\", \"pin_memory\": false}";
+                     "\", \"pin_memory\": false" +
+                     (run.ratio < 1 ? ", \"ratio\": " + std::to_string(run.ratio) : "") + "}";
   if (run.stage == 3) {
     zero += ", \"stage3_param_persistence_threshold\": 200, \"offload_param\": {\"device\": \"" +
             std::string(run.param) + "\", \"pin_memory\": false}";
@@ -126,6 +130,9 @@ std::vector<Placement> Matrix(DType dtype) {
     for (const char* param : {"none", "cpu"}) runs.push_back({3, opt, param, true, dtype});
   }
   runs.push_back({3, "cpu", "cpu", false, dtype});
+  // Partial offload: the first half of the sub-groups on the device, the rest on the CPU.
+  runs.push_back({2, "cpu", "none", true, dtype, false, false, 0.5});
+  runs.push_back({3, "cpu", "cpu", true, dtype, false, false, 0.5});
   return runs;
 }
 
