@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "engine/comm/registry.h"
+#include "models/llama/llama_init.h"
 #include "offload/device/registry.h"
 #include "tools/strata/cmd_train_memory.h"
 
@@ -68,18 +69,7 @@ Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
   return out;
 }
 
-ParamInitFn RandomParamInit(uint64_t seed) {
-  return [seed](const nn::Parameter& p, std::span<float> out) -> Status {
-    if (p.name().ends_with("norm.weight")) {
-      std::fill(out.begin(), out.end(), 1.0f);
-      return Status::Ok();
-    }
-    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(p.index()));
-    std::normal_distribution<float> d(0.0f, 0.02f);
-    for (float& x : out) x = d(rng);
-    return Status::Ok();
-  };
-}
+ParamInitFn RandomParamInit(uint64_t seed) { return llama::RandomInit(seed); }
 
 std::vector<int32_t> RandomTokens(size_t numel, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> ids(numel);

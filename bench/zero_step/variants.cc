@@ -10,6 +10,7 @@
 #include "cpu_adam/cpu_optimizer.h"
 #include "engine/comm/registry.h"
 #include "engine/config/config.h"
+#include "models/llama/llama_init.h"
 #include "models/llama/llama_model.h"
 #include "nn/op_registry.h"
 #include "nn/parameter.h"
@@ -229,18 +230,7 @@ class EngineVariant final : public Variant {
 
 }  // namespace
 
-ParamInitFn BenchInit(uint64_t seed) {
-  return [seed](const nn::Parameter& p, std::span<float> out) -> Status {
-    if (p.name().ends_with("norm.weight")) {
-      std::fill(out.begin(), out.end(), 1.0f);
-      return Status::Ok();
-    }
-    std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(p.index()));
-    std::normal_distribution<float> d(0.0f, 0.02f);
-    for (float& x : out) x = d(rng);
-    return Status::Ok();
-  };
-}
+ParamInitFn BenchInit(uint64_t seed) { return llama::RandomInit(seed); }
 
 Result<std::unique_ptr<Variant>> CreateBareLoop(Device& device, const BareOptions& options) {
   if (!device.caps().host_accessible_memory) {
