@@ -208,13 +208,7 @@ Status Engine::Place(const EngineInit& init) {
   // With the shards in pinned CPU memory the optimizer writes them in place.
   if (!im.host_opt) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
-    im.param_copy = im.shard_flat;
-    if (im.store != nullptr && im.shards == nullptr) {
-      return InvalidArgumentError(
-          "zero_optimization.offload_param.device = nvme needs offload_optimizer.device cpu or "
-          "nvme (the optimizer writes the updated shards from host memory)");
-    }
-    if (im.shards_on_host) im.param_copy = im.shards;
+    im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;  // never NVMe: refused above
   } else {
     if (im.grad_partition_dev == nullptr) {
       STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
