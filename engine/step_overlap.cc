@@ -30,12 +30,11 @@ bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0
 }  // namespace
 
 Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions options) {
-  if (options.device == nullptr || options.layout == nullptr || options.device_grad == nullptr ||
-      options.host_grad == nullptr ||
+  if (options.device == nullptr || options.layout == nullptr || options.host_grad == nullptr ||
       (options.cpu_opt == nullptr) == (options.nvme_opt == nullptr)) {
     return InvalidArgumentError(
-        "overlapped step: device, layout, device and host gradients and exactly one optimizer "
-        "state (cpu or nvme) are required");
+        "overlapped step: device, layout, host gradients and exactly one optimizer state (cpu or "
+        "nvme) are required");
   }
   std::unique_ptr<StepOverlap> o(new StepOverlap(std::move(options)));
   const StepOverlapOptions& op = o->o_;
@@ -137,9 +136,11 @@ Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   const SubGroup& sg = o_.sub_groups[g];
   STRATA_RETURN_IF_ERROR(reduced_.Record(stream));
   STRATA_RETURN_IF_ERROR(copy_stream_.Wait(reduced_));
-  STRATA_RETURN_IF_ERROR(copy_stream_.CopyAsync(o_.host_grad + (sg.flat_begin - o_.host_begin),
-                                                o_.device_grad + sg.flat_begin,
-                                                Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
+  if (o_.device_grad != nullptr) {  // else the reducer added into host_grad itself
+    STRATA_RETURN_IF_ERROR(copy_stream_.CopyAsync(
+        o_.host_grad + (sg.flat_begin - o_.host_begin), o_.device_grad + sg.flat_begin,
+        Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
+  }
   STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([this, g] { Push(g); }));
   copied_[g] = 1;
   ++pushed_expected_;
@@ -290,7 +291,9 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
     return InternalError("overlapped step: " + std::to_string(pushed_) + " of " +
                          std::to_string(pushed_expected_) + " sub-groups reached the worker");
   }
-  // The rest of the host part crosses now, as the serial step copies it.
+  // The rest of the host part crosses now, as the serial step copies it (unless the reducer
+  // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
+  if (o_.device_grad == nullptr) return Status::Ok();
   const double t = NowMs();
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
     const SubGroup& sg = o_.sub_groups[g];

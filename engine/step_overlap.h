@@ -70,7 +70,9 @@ struct StepOverlapOptions {
   Device* device = nullptr;
   const PartitionLayout* layout = nullptr;
   std::vector<SubGroup> sub_groups;
-  const float* device_grad = nullptr;  // the fp32 gradient partition (device)
+  // The fp32 gradient partition (device), or null when the reducer adds the reduced gradients
+  // into host_grad itself (then OnReduced's stream event is all a sub-group waits for).
+  const float* device_grad = nullptr;
   // Where the step reads it on the host: host_grad[f - host_begin] is flat element f, for f in
   // [host_begin, partition_numel) (host_begin > 0 with partial offload: the device sub-groups'
   // gradients stay on the device). Sub-groups below host_begin are never overlapped.

@@ -65,6 +65,7 @@ struct Options {
   int64_t hidden = 512, layers = 8, heads = 8, intermediate = 1376, vocab = 8192;
   int64_t seq_balanced = 128, seq_io = 16, seq_compute = 512;
   int64_t sub_group_size = 4000000;
+  double clip = 0.0;
 };
 
 std::vector<std::string> SplitSizes(const std::string& s) {
@@ -127,6 +128,7 @@ int Run(const Options& o) {
     so.link_gbps = o.link_gbps;
     so.state_over_device = o.state_over_device;
     so.sub_group_size = o.sub_group_size;
+    so.clip = o.clip;
     so.dir = dir;
     so.memcpy_gbps = memcpy_gbps;
     so.verbose = !o.json;
@@ -194,6 +196,8 @@ int main(int argc, char** argv) {
             65536);
   flags.Int("sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size (elements)",
             4096, int64_t{1} << 40);
+  flags.Double("clip", &o.clip,
+               "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
   flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
   std::vector<std::string> positional;
   strata::Status s = flags.Parse(argc, argv, 1, &positional);

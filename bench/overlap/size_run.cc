@@ -59,7 +59,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
                  {"pipeline_write", s.overlapped}}}};
   json c = {{"train_micro_batch_size_per_gpu", o.batch},
             {"gradient_accumulation_steps", 1},
-            {"gradient_clipping", 1.0},
+            {"gradient_clipping", o.clip},
             {"steps_per_print", 1000000},
             {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}, {"weight_decay", 0.01}}}}},
             {"zero_optimization", zero},
@@ -204,6 +204,7 @@ Result<json> RunSize(const SizeOptions& o) {
 
   json j;
   j["seq"] = o.seq;
+  j["gradient_clipping"] = o.clip;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;

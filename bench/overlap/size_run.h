@@ -20,9 +20,12 @@ struct SizeOptions {
   double link_gbps = 3.0;
   double state_over_device = 10.0;   // params + optimizer state over the emulated device memory
   int64_t sub_group_size = 4000000;  // elements
-  std::string dir;                   // swap files go under dir/<name>/{overlapped,serial}
-  double memcpy_gbps = 0;            // measured once by the caller
-  bool verbose = true;               // progress lines on stderr
+  // gradient_clipping (0: none). A clip that triggers makes the overlapped step speculative: it
+  // rolls back and runs serially (engine/step_overlap.h), so the default measures the exact case.
+  double clip = 0.0;
+  std::string dir;         // swap files go under dir/<name>/{overlapped,serial}
+  double memcpy_gbps = 0;  // measured once by the caller
+  bool verbose = true;     // progress lines on stderr
 };
 
 // Runs the size; the JSON has the step times (every round and the medians), the bound and its
