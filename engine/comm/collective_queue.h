@@ -56,6 +56,25 @@ class QueuedOp {
   std::chrono::steady_clock::time_point start_time_;
 };
 
+// Note [Issue order with size checks]
+// With CommOptions::check_sizes an op first exchanges its shape (SizeCheck, Start) and issues its
+// collective only in Poll, once every rank's shape is known. The queue starts ops in seq order, but
+// a later op's check may finish while an earlier op (on another stream) is still checking, and
+// each rank sees that at a different moment; a backend must still issue its collectives in seq
+// order on every rank, or ranks pair different collectives (OpenMPI: "NBC_Progress error 15",
+// MPI_ERR_TRUNCATE, then an abort). So an op issues its collective only once every earlier op has
+// issued its own: IssueOrder is that gate. The checks themselves run on a communicator of their
+// own (in seq order there too, as the queue starts them).
+class IssueOrder {
+ public:
+  // True when op `seq` may issue its collective now (every op before it has).
+  bool MayIssue(uint64_t seq) const { return seq == issued_ + 1; }
+  void Issued(uint64_t seq) { issued_ = seq; }
+
+ private:
+  uint64_t issued_ = 0;  // progress thread only
+};
+
 // Backend hooks, called on the progress thread.
 class QueueHooks {
  public:

@@ -16,6 +16,7 @@
 #include "engine/comm/mpi/mpi_env.h"
 #include "engine/comm/mpi/peer_probe.h"
 #include "engine/comm/mpi/size_check.h"
+#include "engine/comm/mpi/split_group.h"
 #include "offload/device/device.h"
 
 namespace strata::internal {
@@ -29,18 +30,27 @@ bool Overlaps(const void* a, size_t an, const void* b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
+// With size checks the check runs on `check_comm` and the collective on `comm` once the check
+// agrees and every earlier op has issued (Note [Issue order with size checks]).
 class MpiCollectiveOp final : public QueuedOp {
  public:
-  MpiCollectiveOp(const CollectiveDesc& d, MPI_Comm comm, int rank, int world, bool check)
-      : QueuedOp(d), comm_(comm), rank_(rank), world_(world), check_(check) {}
+  MpiCollectiveOp(const CollectiveDesc& d, MPI_Comm comm, MPI_Comm check_comm, IssueOrder* order,
+                  int rank, int world, bool check)
+      : QueuedOp(d),
+        comm_(comm),
+        check_comm_(check_comm),
+        order_(order),
+        rank_(rank),
+        world_(world),
+        check_(check) {}
 
   const void* send = nullptr;  // host-accessible views (device memory or stage)
   void* recv = nullptr;
   Bytes stage_in, stage_out;  // staging for device memory that is not host-accessible
 
   Status Start() override {
-    if (check_) return size_check_.Start(comm_, world_, desc());
-    return IssueMain();
+    if (check_) return size_check_.Start(check_comm_, world_, desc());
+    return IssueInOrder();
   }
 
   Result<bool> Poll() override {
@@ -48,8 +58,9 @@ class MpiCollectiveOp final : public QueuedOp {
       STRATA_ASSIGN_OR_RETURN(bool agreed, size_check_.Poll());
       if (!agreed) return false;
       check_ = false;
-      STRATA_RETURN_IF_ERROR(IssueMain());
     }
+    STRATA_RETURN_IF_ERROR(IssueInOrder());
+    if (!issued_) return false;
     int flag = 0;
     STRATA_RETURN_IF_ERROR(MpiStatus(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test"));
     if (!flag) return false;
@@ -61,12 +72,22 @@ class MpiCollectiveOp final : public QueuedOp {
 
   void Abandon() override {
     size_check_.Abandon();
+    if (!issued_) return;
     // MPI may still write into the scratch buffer of a collective it never finished (a
     // non-blocking collective's request cannot be freed or cancelled): keep it alive.
     new Bytes(std::move(scratch_));  // NOLINT: leaked on purpose, the process is failing
   }
 
  private:
+  // Issues the collective if every earlier op has issued its own; else leaves it to a later Poll.
+  Status IssueInOrder() {
+    if (issued_ || !order_->MayIssue(desc().seq)) return Status::Ok();
+    STRATA_RETURN_IF_ERROR(IssueMain());
+    issued_ = true;
+    order_->Issued(desc().seq);
+    return Status::Ok();
+  }
+
   Status IssueMain() {
     const CollectiveDesc& d = desc();
     const MPI_Datatype type = MpiType(d.dtype);
@@ -118,8 +139,11 @@ class MpiCollectiveOp final : public QueuedOp {
   }
 
   MPI_Comm comm_;
+  MPI_Comm check_comm_;
+  IssueOrder* order_;  // the communicator's; progress thread only
   int rank_, world_;
   bool check_;
+  bool issued_ = false;
   SizeCheck size_check_;
   MPI_Request req_ = MPI_REQUEST_NULL;
   Bytes scratch_;
@@ -140,6 +164,10 @@ class MpiCommunicator final : public DescribedCommunicator, public QueueHooks {
     MPI_Comm_size(comm, &c->world_);
     STRATA_RETURN_IF_ERROR(DupWithTimeout(comm, &c->probe_comm_, options.timeout_s,
                                           "comm mpi: creating the health channel"));
+    if (options.check_sizes) {  // Note [Issue order with size checks]
+      STRATA_RETURN_IF_ERROR(DupWithTimeout(comm, &c->check_comm_, options.timeout_s,
+                                            "comm mpi: creating the size-check channel"));
+    }
     c->probe_ = std::make_unique<PeerProbe>(c->probe_comm_, c->rank_, c->world_);
     c->queue_ = std::make_unique<CollectiveQueue>(
         "comm mpi (rank " + std::to_string(c->rank_) + " of " + std::to_string(c->world_) + ")",
@@ -154,6 +182,7 @@ class MpiCommunicator final : public DescribedCommunicator, public QueueHooks {
     probe_.reset();
     if (!clean) return;  // a failed collective may still hold the communicators
     if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
+    if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
     MPI_Comm_free(&comm_);
   }
 
@@ -181,6 +210,8 @@ class MpiCommunicator final : public DescribedCommunicator, public QueueHooks {
 
   MPI_Comm comm_;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // size checks (CommOptions::check_sizes)
+  IssueOrder order_;                     // on comm_; progress thread only
   Topology topo_;
   CommOptions options_;
   int rank_ = 0, world_ = 1;
@@ -200,7 +231,8 @@ Status MpiCommunicator::Submit(const CollectiveDesc& d, const void* send, void* 
     return InvalidArgumentError("comm mpi: " + d.ToString() + ": more than 2^31-1 elements per " +
                                 "rank in one MPI call; split the buffer");
   }
-  auto op = std::make_shared<MpiCollectiveOp>(d, comm_, rank_, world_, options_.check_sizes);
+  auto op = std::make_shared<MpiCollectiveOp>(d, comm_, check_comm_, &order_, rank_, world_,
+                                              options_.check_sizes);
   op->send = send;
   op->recv = recv;
   const bool stage =
@@ -224,65 +256,43 @@ Status MpiCommunicator::Submit(const CollectiveDesc& d, const void* send, void* 
 class MpiSplitOp final : public QueuedOp {
  public:
   MpiSplitOp(MpiCommunicator* parent, int color, int key)
-      : QueuedOp({CollectiveKind::kSplit}), parent_(parent) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    mine_ = {color, key, static_cast<int64_t>(std::hash<std::string>()(host) >> 1)};
-  }
+      : QueuedOp({CollectiveKind::kSplit}), parent_(parent), mine_(MySplitFields(color, key)) {}
   std::unique_ptr<Communicator> result;
 
-  Status Start() override {
-    all_.resize(static_cast<size_t>(parent_->world_) * 3);
-    return MpiStatus(MPI_Iallgather(mine_.data(), 3, MPI_INT64_T, all_.data(), 3, MPI_INT64_T,
-                                    parent_->comm_, &req_),
-                     "MPI_Iallgather (split)");
-  }
+  Status Start() override { return IssueInOrder(); }
 
   Result<bool> Poll() override {
+    STRATA_RETURN_IF_ERROR(IssueInOrder());
+    if (!issued_) return false;
     int flag = 0;
     STRATA_RETURN_IF_ERROR(MpiStatus(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "split"));
     if (!flag) return false;
     if (mine_[0] < 0) return true;
-    struct Member {
-      int64_t key;
-      int rank;
-      int64_t host;
-    };
-    std::vector<Member> members;
-    for (int r = 0; r < parent_->world_; ++r) {
-      const int64_t* f = &all_[static_cast<size_t>(r) * 3];
-      if (f[0] == mine_[0]) members.push_back({f[1], r, f[2]});
-    }
-    std::stable_sort(members.begin(), members.end(),
-                     [](const Member& a, const Member& b) { return a.key < b.key; });
-    std::vector<int> ranks;
-    Topology topo;
-    topo.local_world = 0;
-    for (const Member& m : members) {
-      ranks.push_back(m.rank);
-      if (m.host == mine_[2]) {
-        if (m.rank == parent_->rank_) topo.local_rank = topo.local_world;
-        ++topo.local_world;
-      }
-    }
-    MPI_Group world_group, group;
-    MPI_Comm sub = MPI_COMM_NULL;
-    MPI_Comm_group(parent_->comm_, &world_group);
-    MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+    const SplitGroup g = GroupOf(all_, parent_->world_, parent_->rank_, mine_);
     const int tag = static_cast<int>(desc().seq % 32000);
-    Status s = MpiStatus(MPI_Comm_create_group(parent_->comm_, group, tag, &sub),
-                         "MPI_Comm_create_group (split)");
-    MPI_Group_free(&group);
-    MPI_Group_free(&world_group);
-    STRATA_RETURN_IF_ERROR(s);
-    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    STRATA_ASSIGN_OR_RETURN(MPI_Comm sub, CreateGroupComm(parent_->comm_, g, tag, "split"));
+    const Topology topo{g.local_rank, g.local_world};
     STRATA_ASSIGN_OR_RETURN(result, MpiCommunicator::Create(sub, topo, parent_->options_));
     return true;
   }
 
  private:
+  // The all-gather on the parent's communicator, after every earlier op's collective (Note [Issue
+  // order with size checks]).
+  Status IssueInOrder() {
+    if (issued_ || !parent_->order_.MayIssue(desc().seq)) return Status::Ok();
+    all_.resize(static_cast<size_t>(parent_->world_) * 3);
+    STRATA_RETURN_IF_ERROR(MpiStatus(MPI_Iallgather(mine_.data(), 3, MPI_INT64_T, all_.data(), 3,
+                                                    MPI_INT64_T, parent_->comm_, &req_),
+                                     "MPI_Iallgather (split)"));
+    issued_ = true;
+    parent_->order_.Issued(desc().seq);
+    return Status::Ok();
+  }
+
   MpiCommunicator* parent_;
-  std::array<int64_t, 3> mine_{};
+  bool issued_ = false;
+  SplitFields mine_;
   std::vector<int64_t> all_;
   MPI_Request req_ = MPI_REQUEST_NULL;
 };

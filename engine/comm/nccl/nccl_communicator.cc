@@ -19,35 +19,13 @@
 #include "engine/comm/mpi/mpi_env.h"
 #include "engine/comm/mpi/peer_probe.h"
 #include "engine/comm/mpi/size_check.h"
+#include "engine/comm/mpi/split_group.h"
+#include "engine/comm/nccl/direct_watchdog.h"
+#include "engine/comm/nccl/nccl_status.h"
 #include "offload/device/cuda/cuda_device.h"
 
 namespace strata::internal {
 namespace {
-
-// The one seam where NCCL (and the CUDA calls around it) become Status.
-Status NcclStatus(ncclResult_t r, const std::string& what) {
-  if (r == ncclSuccess || r == ncclInProgress) return Status::Ok();
-  std::string msg = what + ": " + ncclGetErrorString(r);
-  switch (r) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return InvalidArgumentError(msg);
-    case ncclSystemError:
-    case ncclRemoteError:
-      return AbortedError(msg + " (a peer failed or the network broke)");
-    case ncclUnhandledCudaError:
-      return InternalError(msg);
-    default:
-      return AbortedError(msg);
-  }
-}
-Status CudaStatus(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return Status::Ok();
-  const std::string msg = what + ": " + cudaGetErrorString(e);
-  if (e == cudaErrorMemoryAllocation)
-    return OutOfMemoryError("out of memory on tier device: " + msg);
-  return InternalError(msg);
-}
 
 ncclDataType_t NcclType(DType t) {
   switch (t) {
@@ -59,21 +37,6 @@ ncclDataType_t NcclType(DType t) {
       return ncclBfloat16;
   }
   return ncclFloat32;
-}
-
-// Waits for a non-blocking communicator's pending call; Aborted past the deadline.
-Status WaitNccl(ncclComm_t comm, double timeout_s, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  ncclResult_t state = ncclInProgress;
-  while (true) {
-    STRATA_RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &state), what));
-    if (state != ncclInProgress) return NcclStatus(state, what);
-    if (std::chrono::steady_clock::now() > deadline) {
-      return AbortedError(what + ": not every rank joined within " + std::to_string(timeout_s) +
-                          " s (strata.comm_timeout_s)");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
 }
 
 struct NcclShared {
@@ -156,16 +119,19 @@ Status FinishOn(const CollectiveDesc& d, void* recv, cudaStream_t st, void** tmp
   return Status::Ok();
 }
 
+// A queued collective (size checks on): the check over MPI, then the NCCL call once every earlier
+// op has issued its own (Note [Issue order with size checks]).
 class NcclOp final : public QueuedOp {
  public:
-  NcclOp(const CollectiveDesc& d, const NcclShared* s, int rank, int world, bool check)
-      : QueuedOp(d), s_(s), rank_(rank), world_(world), check_(check) {}
+  NcclOp(const CollectiveDesc& d, const NcclShared* s, IssueOrder* order, int rank, int world,
+         bool check)
+      : QueuedOp(d), s_(s), order_(order), rank_(rank), world_(world), check_(check) {}
   const void* send = nullptr;
   void* recv = nullptr;
 
   Status Start() override {
     if (check_) return size_check_.Start(s_->mpi, world_, desc());
-    return Issue();
+    return IssueInOrder();
   }
 
   Result<bool> Poll() override {
@@ -173,8 +139,9 @@ class NcclOp final : public QueuedOp {
       STRATA_ASSIGN_OR_RETURN(bool agreed, size_check_.Poll());
       if (!agreed) return false;
       check_ = false;
-      STRATA_RETURN_IF_ERROR(Issue());
     }
+    STRATA_RETURN_IF_ERROR(IssueInOrder());
+    if (!issued_) return false;
     ncclResult_t state = ncclSuccess;
     STRATA_RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(s_->nccl, &state), "nccl"));
     if (state == ncclInProgress) return false;
@@ -195,6 +162,14 @@ class NcclOp final : public QueuedOp {
   void Abandon() override { size_check_.Abandon(); }
 
  private:
+  Status IssueInOrder() {
+    if (issued_ || !order_->MayIssue(desc().seq)) return Status::Ok();
+    STRATA_RETURN_IF_ERROR(Issue());
+    issued_ = true;
+    order_->Issued(desc().seq);
+    return Status::Ok();
+  }
+
   Status Issue() {
     STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(s_->ordinal), "cudaSetDevice"));
     STRATA_RETURN_IF_ERROR(
@@ -205,127 +180,14 @@ class NcclOp final : public QueuedOp {
   Status Finish() { return FinishOn(desc(), recv, s_->stream, &tmp_); }
 
   const NcclShared* s_;
+  IssueOrder* order_;  // the communicator's; progress thread only
   int rank_, world_;
   bool check_;
+  bool issued_ = false;
   SizeCheck size_check_;
   cudaEvent_t event_ = nullptr;
   void* tmp_ = nullptr;
   bool recorded_ = false;
-};
-
-// Note [Direct collectives]
-// Without the size check (strata.comm_check_sizes off, the release default) a collective needs no
-// host round trip, so it goes straight onto the caller's own cudaStream_t (CudaNativeStreamOf):
-// issued at call time under a mutex (call order = issue order on every rank), ordered with the
-// caller's other streams by its events, and `done` recorded right after it. No host wait per
-// collective. What the progress thread did for queued ops is kept:
-//   - the watchdog (DirectWatchdog) records a CUDA event after each collective and polls them; if
-//     the oldest makes no progress for timeout_s it marks the communicator failed and aborts the
-//     NCCL communicator, so the hung kernels return;
-//   - a host function enqueued after each collective returns that failure, which makes it the
-//     stream's error (Note [Stream errors]); it returns at once, it never waits.
-// With the size check on, collectives go through CollectiveQueue as before (the agreement is an
-// MPI exchange on the host).
-class DirectWatchdog {
- public:
-  DirectWatchdog(double timeout_s, std::string name)
-      : timeout_s_(timeout_s), name_(std::move(name)) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~DirectWatchdog() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-    for (Pending& p : pending_) cudaEventDestroy(p.event);
-  }
-
-  // Called once the abort has to happen (the communicator aborts NCCL).
-  void set_on_timeout(std::function<void(const Status&)> f) { on_timeout_ = std::move(f); }
-
-  // The failure every later collective and host check reports (Ok while healthy). Shared with
-  // the host functions on the callers' streams, which may run after the watchdog is gone.
-  struct Failure {
-    std::atomic<bool> failed{false};
-    std::mutex mu;
-    Status status;
-    Status Get() {
-      if (!failed.load()) return Status::Ok();
-      std::lock_guard lock(mu);
-      return status;
-    }
-  };
-  Status status() const { return failure_->Get(); }
-  std::shared_ptr<Failure> failure() const { return failure_; }
-
-  // Records an event after `d` on `st` and watches it.
-  Status Watch(const CollectiveDesc& d, cudaStream_t st) {
-    cudaEvent_t ev = nullptr;
-    STRATA_RETURN_IF_ERROR(
-        CudaStatus(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
-    Status s = CudaStatus(cudaEventRecord(ev, st), "cudaEventRecord");
-    if (!s.ok()) {
-      cudaEventDestroy(ev);
-      return s;
-    }
-    {
-      std::lock_guard lock(mu_);
-      pending_.push_back({ev, d, std::chrono::steady_clock::now()});
-    }
-    cv_.notify_all();
-    return Status::Ok();
-  }
-
- private:
-  struct Pending {
-    cudaEvent_t event;
-    CollectiveDesc desc;
-    std::chrono::steady_clock::time_point issued;
-  };
-
-  void Run() {
-    auto last_progress = std::chrono::steady_clock::now();
-    std::unique_lock lock(mu_);
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
-      while (!pending_.empty()) {
-        const cudaError_t q = cudaEventQuery(pending_.front().event);
-        if (q == cudaErrorNotReady) break;
-        cudaEventDestroy(pending_.front().event);
-        pending_.pop_front();
-        last_progress = std::chrono::steady_clock::now();
-      }
-      if (pending_.empty() || failure_->failed.load()) continue;
-      const auto since = std::max(last_progress, pending_.front().issued);
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-      if (waited < timeout_s_) continue;
-      const Status f = AbortedError(name_ + ": " + pending_.front().desc.ToString() +
-                                    " made no progress for " + std::to_string(timeout_s_) +
-                                    " s (strata.comm_timeout_s): a peer is missing or hung; the "
-                                    "communicator is aborted");
-      {
-        std::lock_guard flock(failure_->mu);
-        failure_->status = f;
-      }
-      failure_->failed.store(true);
-      lock.unlock();
-      if (on_timeout_) on_timeout_(f);
-      lock.lock();
-    }
-  }
-
-  const double timeout_s_;
-  const std::string name_;
-  std::function<void(const Status&)> on_timeout_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> pending_;
-  std::shared_ptr<Failure> failure_ = std::make_shared<Failure>();
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the members above exist
 };
 
 class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
@@ -353,6 +215,7 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
     if (s_.stream != nullptr) cudaStreamDestroy(s_.stream);
     if (!clean) return;
     if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
+    if (split_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&split_mpi_);
     if (s_.mpi != MPI_COMM_NULL) MPI_Comm_free(&s_.mpi);
   }
 
@@ -362,31 +225,31 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
   int local_world_size() const override { return env_.local_world_size; }
   std::string_view backend_name() const override { return "nccl"; }
 
-  Result<std::unique_ptr<Communicator>> Split(int /*color*/, int /*key*/) override {
-    return UnimplementedError(
-        "comm nccl: Split is not implemented yet (ncclCommSplit needs a GPU to test); use the "
-        "mpi backend for sub-communicators");
-  }
+  Result<std::unique_ptr<Communicator>> Split(int color, int key) override;
 
  private:
   NcclCommunicator(const CommOptions& options, const LaunchEnv& env)
       : options_(options), env_(env) {}
 
+  // The MPI side of a communicator over `base` (MPI_COMM_WORLD or a split's group): the size-check,
+  // health and split channels, each a duplicate of `base`.
+  Status InitMpi(MPI_Comm base) {
+    MPI_Comm_rank(base, &rank_);
+    MPI_Comm_size(base, &world_);
+    STRATA_RETURN_IF_ERROR(
+        DupWithTimeout(base, &s_.mpi, options_.timeout_s, "comm nccl: bootstrap communicator"));
+    STRATA_RETURN_IF_ERROR(
+        DupWithTimeout(base, &probe_comm_, options_.timeout_s, "comm nccl: health channel"));
+    return DupWithTimeout(base, &split_mpi_, options_.timeout_s, "comm nccl: split channel");
+  }
+
+  // The world communicator: MPI, then NCCL bootstrapped over it.
   Status Init() {
     STRATA_RETURN_IF_ERROR(EnsureMpi());
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
     s_.ordinal = options_.device_ordinal >= 0 ? options_.device_ordinal : env_.local_rank;
-    STRATA_RETURN_IF_ERROR(DupWithTimeout(MPI_COMM_WORLD, &s_.mpi, options_.timeout_s,
-                                          "comm nccl: bootstrap communicator"));
-    STRATA_RETURN_IF_ERROR(DupWithTimeout(MPI_COMM_WORLD, &probe_comm_, options_.timeout_s,
-                                          "comm nccl: health channel"));
+    STRATA_RETURN_IF_ERROR(InitMpi(MPI_COMM_WORLD));
     const std::string where = "comm nccl (cuda:" + std::to_string(s_.ordinal) + ")";
     STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(s_.ordinal), where + ": cudaSetDevice"));
-    STRATA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s_.stream, cudaStreamNonBlocking),
-                                      where + ": stream"));
-    STRATA_RETURN_IF_ERROR(
-        CudaStatus(cudaMalloc(&s_.barrier_scratch, sizeof(float)), where + ": scratch"));
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (rank_ == 0) STRATA_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), where));
@@ -397,6 +260,29 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
     STRATA_RETURN_IF_ERROR(
         NcclStatus(ncclCommInitRankConfig(&s_.nccl, world_, id, rank_, &config), where + ": init"));
     STRATA_RETURN_IF_ERROR(WaitNccl(s_.nccl, options_.timeout_s, where + ": ncclCommInitRank"));
+    return Start();
+  }
+
+  // A split's communicator: `base` (the group's MPI communicator, freed here) and `nccl` (from
+  // ncclCommSplit, owned from here on) on the parent's device.
+  Status InitSplit(MPI_Comm base, ncclComm_t nccl) {
+    s_.ordinal = options_.device_ordinal;
+    s_.nccl = nccl;
+    Status s = InitMpi(base);
+    MPI_Comm_free(&base);
+    STRATA_RETURN_IF_ERROR(s);
+    STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(s_.ordinal), "comm nccl: cudaSetDevice"));
+    return Start();
+  }
+
+  // What every communicator has once NCCL is up: its stream, the barrier's scratch, the health
+  // channel's probe, the queue and (size checks off) the direct path's watchdog.
+  Status Start() {
+    const std::string where = "comm nccl (cuda:" + std::to_string(s_.ordinal) + ")";
+    STRATA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s_.stream, cudaStreamNonBlocking),
+                                      where + ": stream"));
+    STRATA_RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(&s_.barrier_scratch, sizeof(float)), where + ": scratch"));
     probe_ = std::make_unique<PeerProbe>(probe_comm_, rank_, world_);
     queue_ = std::make_unique<CollectiveQueue>(
         "comm nccl (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")",
@@ -449,7 +335,7 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
     STRATA_RETURN_IF_ERROR(
         ValidateCollective("nccl", d, {send, recv}, rank_, world_, stream, done));
     if (watchdog_ != nullptr) return SubmitDirect(d, send, recv, stream, done);
-    auto op = std::make_shared<NcclOp>(d, &s_, rank_, world_, options_.check_sizes);
+    auto op = std::make_shared<NcclOp>(d, &s_, &order_, rank_, world_, options_.check_sizes);
     op->send = send;
     op->recv = recv;
     return queue_->Enqueue(stream, op, done);
@@ -465,18 +351,128 @@ class NcclCommunicator final : public DescribedCommunicator, public QueueHooks {
     s_.nccl = nullptr;
   }
 
+  // ncclCommSplit in call order with the collectives (Note [NCCL split]).
+  Result<ncclComm_t> SplitNccl(int color, int key);
+
   CommOptions options_;
   LaunchEnv env_;
   int rank_ = 0, world_ = 1;
   NcclShared s_;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;
+  MPI_Comm split_mpi_ = MPI_COMM_NULL;  // Split's agreement and groups; Split callers only
+  std::mutex split_mu_;                 // one Split at a time (split_mpi_, split_count_)
+  int split_count_ = 0;
   std::unique_ptr<PeerProbe> probe_;
   std::unique_ptr<CollectiveQueue> queue_;
+  IssueOrder order_;  // queued ops on s_.nccl; progress thread only
   // Note [Direct collectives] (size check off).
   std::mutex direct_mu_;  // call order = issue order; guards s_.nccl against the abort
   uint64_t direct_seq_ = 0;
   std::unique_ptr<DirectWatchdog> watchdog_;
+  friend class NcclSplitOp;
 };
+
+// Note [NCCL split]
+// Compiled, never run: this machine has no GPU (NCCL 2.28 headers under /usr/local/cuda;
+// ncclCommSplit needs >= 2.18). Split is three steps, every rank in the same call order:
+//   1. an all-gather of (color, key, host) on the split channel (MPI, bounded by the timeout):
+//      every rank is there, and each learns its group (split_group.h, as the mpi backend);
+//   2. ncclCommSplit on the parent's NCCL communicator, which must sit in the same place among
+//      the collectives on every rank: with size checks off it is issued under the direct path's
+//      mutex (call order = issue order); with them on it is a queued op that waits for every
+//      earlier op to issue (Note [Issue order with size checks]). The child inherits the
+//      parent's non-blocking config, so it is polled against the timeout;
+//   3. the group's MPI communicator (MPI_Comm_create_group on the split channel, among members
+//      known to be alive) for the child's size checks and health queries.
+// A rank with kNoColor takes part in 1 and 2 (NCCL_SPLIT_NOCOLOR) and gets nullptr.
+class NcclSplitOp final : public QueuedOp {
+ public:
+  NcclSplitOp(NcclCommunicator* parent, int color, int key)
+      : QueuedOp({CollectiveKind::kSplit}), parent_(parent), color_(color), key_(key) {}
+  ncclComm_t child = nullptr;
+
+  Status Start() override { return IssueInOrder(); }
+  Result<bool> Poll() override {
+    STRATA_RETURN_IF_ERROR(IssueInOrder());
+    if (!issued_) return false;
+    ncclResult_t state = ncclSuccess;
+    ncclComm_t watched = child != nullptr ? child : parent_->s_.nccl;
+    STRATA_RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(watched, &state), "ncclCommSplit"));
+    if (state == ncclInProgress) return false;
+    STRATA_RETURN_IF_ERROR(NcclStatus(state, "ncclCommSplit"));
+    return true;
+  }
+
+ private:
+  Status IssueInOrder() {
+    if (issued_ || !parent_->order_.MayIssue(desc().seq)) return Status::Ok();
+    STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(parent_->s_.ordinal), "cudaSetDevice"));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    STRATA_RETURN_IF_ERROR(
+        NcclStatus(ncclCommSplit(parent_->s_.nccl, color_ < 0 ? NCCL_SPLIT_NOCOLOR : color_, key_,
+                                 &child, &config),
+                   "ncclCommSplit"));
+    issued_ = true;
+    parent_->order_.Issued(desc().seq);
+    return Status::Ok();
+  }
+
+  NcclCommunicator* parent_;
+  int color_, key_;
+  bool issued_ = false;
+};
+
+Result<ncclComm_t> NcclCommunicator::SplitNccl(int color, int key) {
+  if (watchdog_ == nullptr) {  // size checks on: in order with the queued collectives
+    auto op = std::make_shared<NcclSplitOp>(this, color, key);
+    STRATA_RETURN_IF_ERROR(queue_->RunBlocking(op));
+    return op->child;
+  }
+  std::lock_guard lock(direct_mu_);  // Note [Direct collectives]: call order = issue order
+  STRATA_RETURN_IF_ERROR(watchdog_->status());
+  if (s_.nccl == nullptr) return FailedPreconditionError("comm nccl: the communicator failed");
+  ++direct_seq_;
+  STRATA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(s_.ordinal), "comm nccl: cudaSetDevice"));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t child = nullptr;
+  STRATA_RETURN_IF_ERROR(NcclStatus(
+      ncclCommSplit(s_.nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
+      "comm nccl: ncclCommSplit"));
+  STRATA_RETURN_IF_ERROR(
+      WaitNccl(child != nullptr ? child : s_.nccl, options_.timeout_s, "comm nccl: ncclCommSplit"));
+  return child;
+}
+
+Result<std::unique_ptr<Communicator>> NcclCommunicator::Split(int color, int key) {
+  std::lock_guard lock(split_mu_);
+  if (color < 0) color = kNoColor;
+  const std::string what =
+      "comm nccl (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + "): split";
+  const SplitFields mine = MySplitFields(color, key);
+  STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> all,
+                          AllGatherSplitFields(split_mpi_, world_, mine, options_.timeout_s, what));
+  const int tag = ++split_count_ % 32000;
+  STRATA_ASSIGN_OR_RETURN(ncclComm_t nccl, SplitNccl(color, key));
+  if (color == kNoColor) return std::unique_ptr<Communicator>();
+  const SplitGroup g = GroupOf(all, world_, rank_, mine);
+  Result<MPI_Comm> base = CreateGroupComm(split_mpi_, g, tag, what);
+  if (!base.ok()) {
+    ncclCommAbort(nccl);
+    return base.status();
+  }
+  CommOptions options = options_;
+  options.device_ordinal = s_.ordinal;
+  LaunchEnv env = env_;
+  env.rank = g.rank;
+  env.world_size = static_cast<int>(g.ranks.size());
+  env.local_rank = g.local_rank;
+  env.local_world_size = g.local_world;
+  auto c = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(options, env));
+  STRATA_RETURN_IF_ERROR(c->InitSplit(*base, nccl));  // c owns nccl (its destructor frees it)
+  return std::unique_ptr<Communicator>(std::move(c));
+}
 
 }  // namespace
 
