@@ -204,8 +204,9 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
   const int rank = comm_.rank();
 
   // 1. Rank 0 makes an empty <tag>.partial.
-  Status local;
-  if (rank == 0) local = BeginCheckpoint(dir, tag).status();
+  // Stage 3 with offload_param nvme: the parameter write-back of the last step has finished.
+  Status local = im.store != nullptr ? im.store->Drain() : Status::Ok();
+  if (rank == 0 && local.ok()) local = BeginCheckpoint(dir, tag).status();
   STRATA_RETURN_IF_ERROR(Agree(comm_, im.compute, flag, local, "preparing " + tag));
 
   // 2. Shards (one per partition: stage 0 has one, written by rank 0) and the manifest.
@@ -361,6 +362,7 @@ Result<std::string> Engine::LoadCheckpoint(const std::string& dir, const std::st
   stats_.loss_scale = scaler_.scale();
   STRATA_RETURN_IF_ERROR(ZeroGradients());
   STRATA_RETURN_IF_ERROR(SyncParametersFromMaster());
+  if (impl_->store != nullptr) STRATA_RETURN_IF_ERROR(impl_->store->Drain());  // its write-back
   return m.client_state.dump();
 }
 

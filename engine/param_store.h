@@ -84,10 +84,16 @@ class ParamStore {
   virtual Status Done(size_t param, const Stream& stream) = 0;
 
   // Shards [flat_begin, flat_begin + numel) of the flat partition = src (host memory, compute
-  // dtype). kDevice copies H2D on `stream` and waits for it; kNvme writes every parameter the
-  // range touches (a parameter partly covered keeps its other elements) and waits for the
-  // writes. No shard may be acquired while it is written.
+  // dtype); `src` may change once Write returns. kDevice copies H2D on `stream` and waits for it;
+  // kNvme copies every parameter the range touches into its swap buffer (a parameter partly
+  // covered keeps its other elements), starts the writes and returns: a later Acquire of a shard
+  // waits for its write, and a write that failed fails the call that waits for it (Drain, an
+  // Acquire, a Write) naming the swap file and offset. No shard may be acquired while it is
+  // written.
   virtual Status Write(size_t flat_begin, const void* src, size_t numel, const Stream& stream) = 0;
+  // Waits for every write Write started (checkpoint save and load call it); the first error of
+  // those writes. The destructor drains too (dropping errors).
+  virtual Status Drain() { return Status::Ok(); }
 
   // Bytes held per tier: device (kDevice's array), pinned CPU (kCpu's array, kNvme's buffers
   // and CPU-kept shards) and NVMe (the swap file).

@@ -1,7 +1,7 @@
 // ParamStore on NVMe (offload_param.device = nvme) through swap/ParamSwapper: one swap tensor per
 // parameter shard, read into the swapper's buffer_count x buffer_size pinned buffers when a
 // gather needs it (or earlier, on Prefetch), released lazily once the stream that read it has
-// passed (Note [Lazy release]).
+// passed (Note [Lazy release]); written back asynchronously (Note [Asynchronous write-back]).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -28,13 +28,23 @@ constexpr uint64_t kSwapAlign = 4096;  // SwapSpace extents
 // the furthest from use). Prefetch never waits: it takes completed ranges only and otherwise
 // stops issuing reads. So the gather path blocks only when the buffers are truly exhausted.
 
+// Note [Asynchronous write-back]
+// Write copies the new values into swap buffers (so the caller's source may change at once),
+// starts the writes and returns. A write stays in flight, holding its buffer, until something
+// needs it finished: an Acquire of that shard (it waits for the write, then reads the shard as
+// usual), a later Write of it, a read or allocation that finds the buffers full (the oldest write
+// is finished first), Drain (checkpoints), or the destructor. A write that failed fails the call
+// that finished it, with the swap file and offset in the message; the swapper keeps that shard's
+// buffer (the only copy of its values).
+
 class NvmeParamStore final : public ParamStore {
  public:
   explicit NvmeParamStore(const ParamStoreOptions& o) : ParamStore(o) {}
 
   ~NvmeParamStore() override {
-    // Events first (they name the device), then the swapper (waits for its I/O), then the aio
-    // handle it uses.
+    // Writes in flight first (their errors have no caller left), events (they name the device),
+    // then the swapper (waits for its I/O), then the aio handle it uses.
+    FlushWrites().IgnoreError();
     done_.clear();
     free_events_.clear();
     swapper_.reset();
@@ -121,8 +131,16 @@ class NvmeParamStore final : public ParamStore {
         s.state = State::kAcquired;
         s.acquired = 1;
         return ShardView{s.data, true};
-      case State::kWriting:  // only inside Write, which finishes its writes before returning
-        return FailedPreconditionError(Where(param, "acquire") + ": the shard is being written");
+      case State::kWriting:  // its write-back is in flight: finish it, then read as usual
+        STRATA_RETURN_IF_ERROR(FlushOne(param));
+        if (!s.written) {
+          STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return AllocateZeroed(param); }));
+          break;
+        }
+        STRATA_RETURN_IF_ERROR(WithRoom(param, [&] {
+                                 return swapper_->SwapIn({&id, 1});
+                               }).WithContext(Where(param, "read")));
+        break;
       case State::kPrefetched:
         Unprefetch(param);
         break;
@@ -196,9 +214,14 @@ class NvmeParamStore final : public ParamStore {
       if (!slots_[i].registered || b >= e) continue;
       first = WriteOne(i, b - sl.flat_offset, e - b, in + (b - flat_begin) * ebytes_);
     }
-    // Every write issued must finish (and its buffer go back) before `src` may change.
-    Status flushed = FlushWrites();
-    return first.ok() ? flushed : first;
+    // `src` was copied into the swap buffers: the writes finish later (Note [Asynchronous
+    // write-back]).
+    return first;
+  }
+
+  Status Drain() override {
+    std::lock_guard lock(mu_);
+    return FlushWrites();
   }
 
   uint64_t device_bytes() const override { return 0; }
@@ -317,8 +340,8 @@ class NvmeParamStore final : public ParamStore {
   // Frees some buffer range, blocking if it must (Note [Lazy release]); false if every range
   // holds an acquired shard (or `keep`).
   Result<bool> MakeRoom(size_t keep) {
-    if (!writing_.empty()) {
-      STRATA_RETURN_IF_ERROR(FlushWrites());
+    if (!writing_.empty()) {  // the oldest write has had the longest to finish
+      STRATA_RETURN_IF_ERROR(FlushOne(writing_.front()));
       return true;
     }
     if (ReclaimCompleted()) return true;
@@ -371,8 +394,8 @@ class NvmeParamStore final : public ParamStore {
     switch (s.state) {
       case State::kAcquired:
         return FailedPreconditionError(Where(param, "write") + ": the shard is acquired");
-      case State::kWriting:  // written twice in one call: wait for the first write
-        STRATA_RETURN_IF_ERROR(FlushWrites());
+      case State::kWriting:  // written again: its previous write finishes first
+        STRATA_RETURN_IF_ERROR(FlushOne(param));
         break;
       case State::kDone:
         DropDoneEntry(param, /*wait=*/true);
@@ -432,22 +455,28 @@ class NvmeParamStore final : public ParamStore {
     return Status::Ok();
   }
 
-  // Waits for every write in flight and gives its buffer back. The first error is returned (the
-  // swapper then keeps that shard's buffer: it holds the only copy).
+  // Waits for shard `param`'s write in flight and gives its buffer back; its error if it failed
+  // (the swapper then keeps that shard's buffer: it holds the only copy).
+  Status FlushOne(size_t param) {
+    auto it = std::find(writing_.begin(), writing_.end(), param);
+    if (it == writing_.end()) return Status::Ok();
+    writing_.erase(it);
+    const ParamId id = static_cast<ParamId>(param);
+    Status st = swapper_->Release({&id, 1});
+    slots_[param].state = State::kIdle;
+    slots_[param].data = nullptr;
+    if (!st.ok()) return st.WithContext(Where(param, "write"));
+    slots_[param].written = true;
+    return Status::Ok();
+  }
+
+  // Finishes every write in flight; the first error is returned.
   Status FlushWrites() {
     Status first;
-    for (size_t p : writing_) {
-      const ParamId id = static_cast<ParamId>(p);
-      Status st = swapper_->Release({&id, 1});
-      slots_[p].state = State::kIdle;
-      slots_[p].data = nullptr;
-      if (st.ok()) {
-        slots_[p].written = true;
-      } else if (first.ok()) {
-        first = st.WithContext(Where(p, "write"));
-      }
+    while (!writing_.empty()) {
+      Status st = FlushOne(writing_.front());
+      if (first.ok()) first = st;
     }
-    writing_.clear();
     return first;
   }
 
@@ -463,7 +492,7 @@ class NvmeParamStore final : public ParamStore {
   std::vector<Slot> slots_;
   std::deque<DoneEntry> done_;      // kDone shards, oldest first (entries may be stale)
   std::vector<size_t> prefetched_;  // kPrefetched shards, oldest first
-  std::vector<size_t> writing_;     // kWriting shards of the current Write
+  std::deque<size_t> writing_;      // kWriting shards, oldest first
   std::vector<Event> free_events_;  // recycled: Done does not create one per gather
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/trace.h"
 #include "core/units.h"
 #include "offload/device/kernels.h"
 
@@ -55,12 +56,18 @@ Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const Zer
     co.max_live_numel = o.max_live_numel;
     co.max_reuse_distance_numel = o.max_reuse_distance_numel;
     h->coord_ = std::make_unique<ParamCoordinator>(co, static_cast<Gatherer*>(h.get()));
+    Result<Stream> g = o.device->CreateStream();
+    if (!g.ok()) return g.status().WithContext("zero hooks: the gather stream");
+    h->gather_ = *g;
+    h->pool_ = std::make_unique<GatherPool>(o.device, o.param_limit_bytes);
+    h->trace_begin_us_.assign(o.params.size(), 0.0);
   }
   return h;
 }
 
 ZeroHooks::~ZeroHooks() {
   o_.compute.Synchronize().IgnoreError();
+  if (gather_.valid()) gather_.Synchronize().IgnoreError();
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (st.full != nullptr) o_.device->Free(st.full).IgnoreError();
@@ -70,6 +77,8 @@ ZeroHooks::~ZeroHooks() {
       o_.params[i]->set_grad(nullptr, DType::kFloat32);
     }
   }
+  pool_.reset();  // its free buffers' events completed with the streams
+  if (gather_.valid()) o_.device->DestroyStream(gather_).IgnoreError();
 }
 
 const std::vector<size_t>& ZeroHooks::ParamsOf(const nn::Module& m) const {
@@ -80,7 +89,17 @@ const std::vector<size_t>& ZeroHooks::ParamsOf(const nn::Module& m) const {
 
 void ZeroHooks::AddLive(uint64_t bytes) {
   live_bytes_ += bytes;
-  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes());
+}
+
+Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
+  Result<void*> slot = o_.device->Allocate(bytes);
+  if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory || pool_ == nullptr ||
+      pool_->free_bytes() == 0) {
+    return slot;
+  }
+  STRATA_RETURN_IF_ERROR(pool_->Trim());
+  return o_.device->Allocate(bytes);
 }
 
 Status ZeroHooks::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
@@ -97,10 +116,12 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
   (void)ctx;  // everything goes on the engine's compute stream, which ctx.stream is
   const std::vector<size_t>& used = ParamsOf(module);
   if (used.empty()) return Status::Ok();
+  if (o_.partition_params && !in_pass_) STRATA_RETURN_IF_ERROR(BeginPass());
   switch (point) {
     case nn::HookPoint::kPreForward:
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, used));
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Gather(i));
+      for (size_t i : used) STRATA_RETURN_IF_ERROR(WaitReady(i));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
       return Status::Ok();
     case nn::HookPoint::kPostForward:
@@ -113,6 +134,7 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
         STRATA_RETURN_IF_ERROR(Gather(i));
         STRATA_RETURN_IF_ERROR(AcquireSlot(i));
       }
+      for (size_t i : used) STRATA_RETURN_IF_ERROR(WaitReady(i));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
       return Status::Ok();
     case nn::HookPoint::kPostBackward:
@@ -132,43 +154,116 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
   return Status::Ok();
 }
 
+Status ZeroHooks::BeginPass() {
+  in_pass_ = true;
+  if (!pass_event_.valid()) {
+    STRATA_ASSIGN_OR_RETURN(pass_event_, o_.device->CreateEvent({.timing = false}));
+  }
+  STRATA_RETURN_IF_ERROR(pass_event_.Record(o_.compute));
+  return gather_.Wait(pass_event_);
+}
+
+Result<Event> ZeroHooks::TimingEvent() {
+  if (!spare_timing_.empty()) {
+    Event e = std::move(spare_timing_.back());
+    spare_timing_.pop_back();
+    return e;
+  }
+  return o_.device->CreateEvent({.timing = true});
+}
+
 Status ZeroHooks::Gather(size_t i) {
   if (!o_.partition_params) return Status::Ok();
   ParamState& st = state_[i];
   if (st.persistent || st.gathered++ > 0) return Status::Ok();
+  return Fill(i, gather_);
+}
+
+Status ZeroHooks::WaitReady(size_t i) {
+  ParamState& st = state_[i];
+  if (!st.wait_pending) return Status::Ok();
+  st.wait_pending = false;
+  return o_.compute.Wait(st.ready);
+}
+
+// Note [Gather stream]: Fill runs on the gather stream for every non-persistent gather (taken
+// ahead by the coordinator or by the module itself); the compute stream waits for `ready` at the
+// pre hook of the module (WaitReady), or at the release of a gather no module used, so the
+// release's event on the compute stream always follows the gather's writes.
+Status ZeroHooks::Fill(size_t i, const Stream& g) {
+  ParamState& st = state_[i];
   nn::Parameter* p = o_.params[i];
   const ShardSlice& s = o_.layout->slices()[i];
   const size_t cbytes = DTypeBytes(o_.dtype);
   const size_t bytes = s.numel * cbytes;
-  STRATA_RETURN_IF_ERROR(Throttle(param_bytes_, bytes, o_.param_limit_bytes));
   // Room for every rank's slot (padding included), so a host shard is gathered in place.
   const size_t padded = s.shard_numel * static_cast<size_t>(o_.comm->world_size()) * cbytes;
-  Result<void*> full = o_.device->Allocate(o_.store->on_host() ? std::max(bytes, padded) : bytes);
+  const size_t alloc = o_.store->on_host() ? std::max(bytes, padded) : bytes;
+  if (!pool_->pooling())
+    STRATA_RETURN_IF_ERROR(Throttle(param_bytes_, alloc, o_.param_limit_bytes));
+  Result<void*> full = pool_->Take(alloc, g, param_bytes_);
   if (!full.ok()) {
     return full.status().WithContext("gathering " + p->name() + " (" + FormatBytes(bytes) + ")");
   }
   st.full = *full;
-  AddLive(bytes);
-  param_bytes_ += bytes;
+  st.full_bytes = alloc;
+  param_bytes_ += alloc;
+  AddLive(alloc);
   gathered_numel_ += s.numel;
   peak_gathered_numel_ = std::max(peak_gathered_numel_, gathered_numel_);
   STRATA_ASSIGN_OR_RETURN(ShardView view, o_.store->Acquire(i));
   const void* shard = view.data;
-  const Stream& c = o_.compute;
+  const bool on_gather = g == gather_;
+  Tracer* tracer = on_gather ? CurrentTracer() : nullptr;
+  if (tracer != nullptr && tracer->enabled()) {
+    double* begin = &trace_begin_us_[i];
+    STRATA_RETURN_IF_ERROR(g.LaunchHostFunc([tracer, begin]() {
+      *begin = tracer->NowUs();
+      return Status::Ok();
+    }));
+  } else {
+    tracer = nullptr;
+  }
   if (view.on_host) {
     // offload_param cpu/nvme: the shard crosses the link straight into its own slot of the
     // gathered buffer (its valid elements: the last rank's slot may pass the parameter's end),
     // then the all-gather runs in place (a no-op at world 1).
     uint8_t* slot = static_cast<uint8_t*>(st.full) + s.param_offset * cbytes;
-    STRATA_RETURN_IF_ERROR(
-        c.CopyAsync(slot, shard, s.valid_numel * cbytes, CopyKind::kHostToDevice));
-    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, slot, st.full, s.numel, o_.dtype, nullptr)
+    const size_t h2d = s.valid_numel * cbytes;
+    std::pair<Event, Event> timing;
+    if (on_gather && h2d > 0) {
+      STRATA_ASSIGN_OR_RETURN(timing.first, TimingEvent());
+      STRATA_ASSIGN_OR_RETURN(timing.second, TimingEvent());
+      STRATA_RETURN_IF_ERROR(timing.first.Record(g));
+    }
+    STRATA_RETURN_IF_ERROR(g.CopyAsync(slot, shard, h2d, CopyKind::kHostToDevice));
+    if (timing.second.valid()) {
+      STRATA_RETURN_IF_ERROR(timing.second.Record(g));
+      h2d_events_.push_back(std::move(timing));
+    }
+    h2d_bytes_ += h2d;
+    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(g, slot, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
   } else {
-    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(c, shard, st.full, s.numel, o_.dtype, nullptr)
+    STRATA_RETURN_IF_ERROR(o_.comm->AllGather(g, shard, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
   }
-  STRATA_RETURN_IF_ERROR(o_.store->Done(i, c));
+  STRATA_RETURN_IF_ERROR(o_.store->Done(i, g));
+  if (tracer != nullptr) {
+    const int track = tracer->Track("stream gather");
+    const double* begin = &trace_begin_us_[i];
+    STRATA_RETURN_IF_ERROR(g.LaunchHostFunc([tracer, track, begin]() {
+      tracer->Complete(track, "gather", "copy", *begin, tracer->NowUs());
+      return Status::Ok();
+    }));
+  }
+  if (on_gather) {
+    if (!st.ready.valid()) {
+      STRATA_ASSIGN_OR_RETURN(st.ready, o_.device->CreateEvent({.timing = false}));
+    }
+    STRATA_RETURN_IF_ERROR(st.ready.Record(g));
+    st.wait_pending = true;
+  }
   p->set_data(st.full);
   return Status::Ok();
 }
@@ -181,15 +276,35 @@ Status ZeroHooks::Release(size_t i) {
     return InternalError("zero hooks: release of " + o_.params[i]->name() + " without a gather");
   }
   if (--st.gathered > 0) return Status::Ok();
-  STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
-  const uint64_t bytes = o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
-  live_bytes_ -= bytes;
-  param_bytes_ -= bytes;
-  pending_free_bytes_ += bytes;
+  // A gather taken ahead that no module used: the release still follows its writes.
+  STRATA_RETURN_IF_ERROR(WaitReady(i));
+  STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
+  live_bytes_ -= st.full_bytes;
+  param_bytes_ -= st.full_bytes;
+  if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
   gathered_numel_ -= o_.layout->slices()[i].numel;
   st.full = nullptr;
+  st.full_bytes = 0;
   o_.params[i]->set_data(nullptr);
   return Status::Ok();
+}
+
+void ZeroHooks::AddTo(StepBreakdown* b) {
+  if (o_.store != nullptr) o_.store->AddTo(b);
+  b->h2d_bytes += h2d_bytes_;
+  h2d_bytes_ = 0;
+  size_t kept = 0;
+  for (auto& [begin, end] : h2d_events_) {
+    Result<float> ms = Event::ElapsedMs(begin, end);
+    if (!ms.ok() && ms.status().code() == StatusCode::kUnavailable) {  // still running
+      h2d_events_[kept++] = {std::move(begin), std::move(end)};
+      continue;
+    }
+    if (ms.ok()) b->h2d_ms += *ms;
+    spare_timing_.push_back(std::move(begin));
+    spare_timing_.push_back(std::move(end));
+  }
+  h2d_events_.resize(kept);
 }
 
 Status ZeroHooks::AcquireSlot(size_t i) {
@@ -199,7 +314,7 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   nn::Parameter* p = o_.params[i];
   const size_t numel = static_cast<size_t>(p->numel());
   STRATA_RETURN_IF_ERROR(Throttle(slot_bytes_, numel * sizeof(float), o_.slot_limit_bytes));
-  Result<void*> slot = o_.device->Allocate(numel * sizeof(float));
+  Result<void*> slot = AllocateSlot(numel * sizeof(float));
   if (!slot.ok()) {
     return slot.status().WithContext("gradient slot of " + p->name() + " (" +
                                      FormatBytes(numel * sizeof(float)) + ")");
@@ -225,6 +340,7 @@ Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
 
 Status ZeroHooks::FinishBackward() {
   if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->EndPass());
+  in_pass_ = false;
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (st.backward_seen == 0) continue;  // complete (reduced) or not used in this backward
@@ -240,21 +356,20 @@ Status ZeroHooks::RegatherPersistent() {
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (!st.persistent) continue;
-    if (st.full != nullptr) {  // gathered already: refresh in place from the new shards
-      STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(o_.compute, st.full));
-      const uint64_t bytes = o_.layout->slices()[i].numel * DTypeBytes(o_.dtype);
-      live_bytes_ -= bytes;
-      param_bytes_ -= bytes;
-      pending_free_bytes_ += bytes;
+    if (st.full != nullptr) {  // gathered already: refresh from the new shards
+      STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
+      live_bytes_ -= st.full_bytes;
+      param_bytes_ -= st.full_bytes;
+      if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
       st.full = nullptr;
+      st.full_bytes = 0;
     }
-    st.persistent = false;  // Gather's fast path skips persistent parameters
-    st.gathered = 0;
+    // On the compute stream: the step wrote the shards there, and nothing runs ahead to overlap.
+    st.gathered = 1;
     const uint64_t numel = gathered_numel_, peak = peak_gathered_numel_;
-    Status s = Gather(i);
+    Status s = Fill(i, o_.compute);
     gathered_numel_ = numel;  // persistent elements are not counted as live gathers
     peak_gathered_numel_ = peak;
-    st.persistent = true;
     st.gathered = 0;
     STRATA_RETURN_IF_ERROR(s);
   }

@@ -25,6 +25,14 @@
 // parameter's slot until its last user (instead of reducing once per user) sums its gradient in
 // the order stage 0 does, so world-1 runs stay bitwise equal to stage 0.
 //
+// Streams (Note [Gather stream]): stage 3's gathers — the shard's H2D copy into its slot and the
+// all-gather — run on the hooks' own gather stream, so gathers taken ahead overlap the model's
+// kernels; each records a per-parameter event there, and the compute stream waits for it only
+// at the pre hook of a module that uses the parameter. A released buffer goes back to a pool
+// (engine/gather_pool.h) with an event of its last use on the compute stream, and the next
+// gather that takes it waits for that event on the gather stream. Persistent parameters are
+// gathered on the compute stream (at the step, where nothing is ahead to overlap).
+//
 // Thread safety: hooks run on the thread that drives the model (the engine's).
 #pragma once
 
@@ -32,15 +40,18 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
 #include "engine/comm/communicator.h"
+#include "engine/gather_pool.h"
 #include "engine/grad_reducer.h"
 #include "engine/param_coordinator.h"
 #include "engine/param_store.h"
 #include "engine/partition.h"
+#include "engine/step_breakdown.h"
 #include "nn/module.h"
 #include "offload/device/device.h"
 
@@ -49,7 +60,7 @@ namespace strata {
 struct ZeroHooksOptions {
   Communicator* comm = nullptr;
   Device* device = nullptr;
-  Stream compute;                      // where gathers, releases and slot fills are enqueued
+  Stream compute;  // the model's stream: releases, slot fills, persistent gathers
   std::vector<nn::Parameter*> params;  // the root's NamedParameters()
   const PartitionLayout* layout = nullptr;
   DType dtype = DType::kFloat32;  // compute dtype of parameters and shards
@@ -64,9 +75,11 @@ struct ZeroHooksOptions {
   // gradient slots could be outstanding at once. When the bytes held plus those freed but not
   // yet returned would pass these limits, the hooks wait for the streams first (0: no limit).
   // The engine sets them to what its memory plan counts (engine/memory_plan.h).
-  uint64_t param_limit_bytes = 0;  // gathered parameters (stage3_max_live_parameters)
-  uint64_t slot_limit_bytes = 0;   // fp32 gradient slots (reduce buckets + one parameter)
-  Stream comm_stream;              // where the reducer frees slots with overlap_comm (or invalid)
+  // gathered parameters (stage3_max_live_parameters): also the bound of the pool of gathered
+  // buffers, free ones included (0: no pool, a buffer allocated and freed per gather)
+  uint64_t param_limit_bytes = 0;
+  uint64_t slot_limit_bytes = 0;  // fp32 gradient slots (reduce buckets + one parameter)
+  Stream comm_stream;             // where the reducer frees slots with overlap_comm (or invalid)
   // Stage 3 prefetching (engine/param_coordinator.h), in elements: stage3_prefetch_bucket_size
   // (0: no prefetch), stage3_max_live_parameters, stage3_max_reuse_distance.
   int64_t prefetch_bucket_numel = 0;
@@ -78,7 +91,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
  public:
   // Counts each parameter's users in `root`'s tree; at stage 3 marks every parameter released.
   static Result<std::unique_ptr<ZeroHooks>> Create(nn::Module& root, const ZeroHooksOptions& o);
-  // Waits for the compute stream and frees every gathered buffer and slot.
+  // Waits for the streams and frees every gathered buffer and slot.
   ~ZeroHooks() override;
 
   Status OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) override;
@@ -92,15 +105,25 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // The reducer's SlotDoneFn: stage 3 frees the slot (in `stream` order), stage 2 zeroes it.
   Status SlotDone(const Stream& stream, size_t param, float* slot);
 
+  // Adds the parameter traffic since the last call to `b`: the store's (NVMe bytes, read wait;
+  // ParamStore::AddTo) and the gathers' host-to-device shard copies (h2d_bytes, and h2d_ms: the
+  // copies' own time on the gather stream, hidden behind compute or not). Call it after the
+  // compute stream has been synchronised (copies still running are counted next time).
+  void AddTo(StepBreakdown* b);
+
   bool persistent(size_t param) const { return state_[param].persistent; }
-  // Device bytes held now by gathered parameters and stage-3 gradient slots, and the peak.
-  uint64_t live_bytes() const { return live_bytes_; }
+  // Device bytes held now by gathered parameters (the pool's free buffers included) and stage-3
+  // gradient slots, and the peak.
+  uint64_t live_bytes() const { return live_bytes_ + (pool_ ? pool_->free_bytes() : 0); }
   uint64_t peak_live_bytes() const { return peak_live_bytes_; }
   // Stage 3: non-persistent parameter elements gathered now and at most (since creation).
   uint64_t live_numel() const override { return gathered_numel_; }
   uint64_t peak_live_numel() const { return peak_gathered_numel_; }
   // Stage 3's coordinator (null below stage 3).
   const ParamCoordinator* coordinator() const { return coord_.get(); }
+  // Stage 3: the stream gathers run on (invalid below stage 3), and the buffer pool's counts.
+  const Stream& gather_stream() const { return gather_; }
+  GatherPoolStats pool_stats() const { return pool_ ? pool_->stats() : GatherPoolStats{}; }
 
  private:
   struct ParamState {
@@ -108,12 +131,23 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
     int gathered = 0;  // nested gathers in flight
     int backward_seen = 0;
     bool persistent = false;
-    void* full = nullptr;   // gathered buffer
-    float* slot = nullptr;  // stage 3 gradient slot
+    void* full = nullptr;       // gathered buffer (from pool_)
+    size_t full_bytes = 0;      // its size
+    float* slot = nullptr;      // stage 3 gradient slot
+    Event ready;                // recorded on the gather stream after the all-gather
+    bool wait_pending = false;  // the compute stream has not waited for `ready` yet
   };
   explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
   Status Gather(size_t i);
+  // Takes a buffer and enqueues the shard copy + all-gather of parameter i on `stream`.
+  Status Fill(size_t i, const Stream& stream);
   Status Release(size_t i);
+  // Makes the compute stream wait for parameter i's gather (once per gather).
+  Status WaitReady(size_t i);
+  // A new pass starts: the gather stream is ordered after the compute stream's work so far
+  // (shards the step wrote on it).
+  Status BeginPass();
+  Result<Event> TimingEvent();
   // Gatherer (the coordinator's holds are nested gathers).
   Status GatherParam(size_t i) override { return Gather(i); }
   Status ReleaseParam(size_t i) override { return Release(i); }
@@ -121,6 +155,8 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   bool IsPersistent(size_t i) const override { return state_[i].persistent; }
   Status AcquireSlot(size_t i);
   void AddLive(uint64_t bytes);
+  // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first.
+  Result<void*> AllocateSlot(size_t bytes);
   // Waits for the streams when `held + pending + bytes` would pass `limit` (see the options).
   Status Throttle(uint64_t held, uint64_t bytes, uint64_t limit);
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
@@ -133,6 +169,18 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   uint64_t pending_free_bytes_ = 0;            // freed in stream order since the last wait
   uint64_t gathered_numel_ = 0, peak_gathered_numel_ = 0;
   std::unique_ptr<ParamCoordinator> coord_;
+  // Stage 3 (Note [Gather stream]).
+  Stream gather_;
+  std::unique_ptr<GatherPool> pool_;
+  bool in_pass_ = false;
+  Event pass_event_;
+  // The gathers' H2D shard copies since the last AddTo: bytes, and timing events around each.
+  uint64_t h2d_bytes_ = 0;
+  std::vector<std::pair<Event, Event>> h2d_events_;
+  std::vector<Event> spare_timing_;
+  // strata.trace_path: spans of the gather stream on its own track (begin times per parameter,
+  // written and read by host tasks on the gather stream, in its order).
+  std::vector<double> trace_begin_us_;
 };
 
 }  // namespace strata

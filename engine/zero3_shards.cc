@@ -21,7 +21,8 @@ Status WriteShardsFromMaster(const float* master, size_t flat_begin, size_t nume
       h[i] = dtype == DType::kBFloat16 ? FloatToBf16(master[i]) : FloatToFp16(master[i]);
     }
   }
-  return store.Write(flat_begin, host.data(), numel, stream);  // waits: `host` dies here
+  // Write is done with `host` when it returns (the NVMe tier copies it into swap buffers).
+  return store.Write(flat_begin, host.data(), numel, stream);
 }
 
 }  // namespace strata

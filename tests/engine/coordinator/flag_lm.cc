@@ -68,12 +68,16 @@ PrefetchOutcome TrainPrefetch(Communicator& comm, const PrefetchRun& run, const 
       ", \"stage3_max_live_parameters\": " + std::to_string(run.max_live) +
       ", \"stage3_max_reuse_distance\": " + std::to_string(run.reuse) +
       ", \"offload_param\": {\"device\": \"" + run.param + "\", \"pin_memory\": false" +
-      (run.param == "nvme" ? ", \"nvme_path\": \"" + NvmePath(comm.rank()) +
-                                 "\", \"buffer_count\": 4, \"buffer_size\": 60000}, "
-                                 "\"offload_optimizer\": {\"device\": \"cpu\", "
-                                 "\"pin_memory\": false}"
-                           : std::string("}"));
-  const Config config = MakeConfig(data.batch, run.gas, zero, "", comm.world_size(), 0.5);
+      (run.param == "nvme"
+           ? ", \"nvme_path\": \"" + NvmePath(comm.rank()) +
+                 "\", \"buffer_count\": 4, \"buffer_size\": 60000" +
+                 (run.max_in_cpu >= 0 ? ", \"max_in_cpu\": " + std::to_string(run.max_in_cpu)
+                                      : std::string()) +
+                 "}, "
+                 "\"offload_optimizer\": {\"device\": \"cpu\", "
+                 "\"pin_memory\": false}"
+           : std::string("}"));
+  const Config config = MakeConfig(data.batch, run.gas, zero, run.extra, comm.world_size(), 0.5);
   EngineInit init;
   init.init_param = TestInit(17);
   Result<std::unique_ptr<Engine>> engine = Engine::Initialize(model, config, comm, *device, init);
@@ -93,8 +97,14 @@ PrefetchOutcome TrainPrefetch(Communicator& comm, const PrefetchRun& run, const 
     }
     if (out.status.ok()) out.status = e.Step();
     out.stats_per_step.push_back(e.stats());
+    out.breakdowns.push_back(e.last_breakdown());
   }
   out.stats = e.stats();
+  for (size_t i = 0; i < e.layout().slices().size(); ++i) {
+    const ShardSlice& s = e.layout().slices()[i];
+    out.shard_bytes.push_back(s.shard_numel * sizeof(float));
+    out.persistent.push_back(s.numel <= static_cast<size_t>(kPersistence));
+  }
   if (!out.status.ok()) return out;
   for (size_t i = 0; i < e.layout().slices().size() && out.status.ok(); ++i) {
     std::vector<float> v(e.layout().slices()[i].numel);

@@ -46,14 +46,19 @@ struct PrefetchRun {
   int extra_hooks_step = 0;   // 1-based step whose passes run the probe's hooks (0: none)
   int extra_hooks_rank = -1;  // only this rank (-1: all)
   std::string probe = "model.layers.1.mlp.up_proj";
+  std::string extra;        // top-level config keys, each followed by ", " (e.g. a strata section)
+  int64_t max_in_cpu = -1;  // offload_param nvme: max_in_cpu (-1: the default)
 };
 
 struct PrefetchOutcome {
   std::vector<std::vector<float>> masters;
   EngineStats stats;
   std::vector<EngineStats> stats_per_step;
-  Status status;                      // the first error of a Forward/Backward/Step
-  uint64_t largest_module_numel = 0;  // non-persistent elements of the largest module
+  Status status;                          // the first error of a Forward/Backward/Step
+  uint64_t largest_module_numel = 0;      // non-persistent elements of the largest module
+  std::vector<StepBreakdown> breakdowns;  // Engine::last_breakdown() after each step
+  std::vector<uint64_t> shard_bytes;      // per parameter: this rank's shard (fp32 bytes)
+  std::vector<bool> persistent;           // per parameter: numel <= the persistence threshold
 };
 
 // Trains `run` at stage 3 (persistence threshold 200: only the norms persist) on `comm`, each

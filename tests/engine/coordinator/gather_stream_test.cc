@@ -1,0 +1,121 @@
+// Stage 3's gathers on their own stream, and the parameter traffic in the step breakdown: the
+// gathers show up on the trace's "stream gather" track (not the compute stream's), and the
+// breakdown's H2D and NVMe bytes are the layout's shard bytes times the times they were moved.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/engine/coordinator/flag_lm.h"
+#include "tests/engine/trace/trace_json.h"
+#include "tests/support/status_matchers.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::IsOk;
+using ::strata::testing::PrefetchOutcome;
+using ::strata::testing::PrefetchRun;
+using ::strata::testing::SameBits;
+using ::strata::testing::TrainPrefetch;
+
+TEST(ParamCoordinatorStreamTest, GathersRunOnTheGatherStreamAndChangeNoBits) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(21, 6, 2, 16, 256);
+  const std::string path =
+      ::testing::TempDir() + "strata_gather_stream_" + std::to_string(::getpid()) + ".json";
+  PrefetchRun off{.param = "cpu", .tied = true};
+  const PrefetchOutcome base = TrainPrefetch(*comm, off, data);
+  ASSERT_THAT(base.status, IsOk());
+  PrefetchRun on = off;
+  on.bucket = 60000;
+  on.extra = "\"strata\": {\"trace_path\": \"" + path + "\"}, ";
+  const PrefetchOutcome got = TrainPrefetch(*comm, on, data);  // the trace is written at the end
+  ASSERT_THAT(got.status, IsOk());
+  EXPECT_TRUE(SameBits(base.masters, got.masters));
+  EXPECT_GT(got.stats.prefetch_hits, 0u);
+
+  const testing::ParsedTrace trace = testing::ParseTrace(path);
+  int gather_tid = -1, compute_tid = -1;
+  for (const auto& [tid, name] : trace.tracks) {
+    if (name == "stream gather") gather_tid = tid;
+    if (name == "stream compute") compute_tid = tid;
+  }
+  ASSERT_NE(gather_tid, -1) << "no \"stream gather\" track in " << path;
+  EXPECT_NE(gather_tid, compute_tid);
+  // One span per gather of a non-persistent parameter: each at least once a step (a parameter
+  // kept by the reuse distance is gathered once for its forward and backward).
+  size_t non_persistent = 0;
+  for (bool p : got.persistent) non_persistent += p ? 0 : 1;
+  size_t gathers = 0;
+  for (const nlohmann::json& s : trace.spans) {
+    if (s.at("name") == "gather") {
+      EXPECT_EQ(s.at("tid").get<int>(), gather_tid) << "a gather span off the gather stream";
+      ++gathers;
+    }
+  }
+  EXPECT_GE(gathers, non_persistent * static_cast<size_t>(on.steps));
+  std::filesystem::remove(path);
+}
+
+// Without prefetch (nothing kept, nothing gathered ahead) every parameter is fetched at each use:
+// a non-persistent one at its module's forward and backward, a persistent one once, at the end of
+// the step (RegatherPersistent). Step 1 also carries the gathers of initialisation, so the
+// check starts at step 2.
+uint64_t ExpectedH2dBytesPerStep(const PrefetchOutcome& o) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < o.shard_bytes.size(); ++i) {
+    bytes += o.shard_bytes[i] * (o.persistent[i] ? 1 : 2);
+  }
+  return bytes;
+}
+
+TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(23, 4, 2, 16, 256);
+  PrefetchRun run{.param = "cpu"};  // untied, no checkpointing: one module per parameter
+  const PrefetchOutcome got = TrainPrefetch(*comm, run, data);
+  ASSERT_THAT(got.status, IsOk());
+  ASSERT_EQ(got.breakdowns.size(), 3u);
+  const uint64_t expected = ExpectedH2dBytesPerStep(got);
+  ASSERT_GT(expected, 0u);
+  for (size_t k = 1; k < got.breakdowns.size(); ++k) {
+    EXPECT_EQ(got.breakdowns[k].h2d_bytes, expected) << "step " << k + 1;
+    EXPECT_GT(got.breakdowns[k].h2d_ms, 0.0) << "step " << k + 1;
+    EXPECT_EQ(got.breakdowns[k].nvme_read_bytes, 0u);
+  }
+  // Prefetching moves no more (a parameter kept by the reuse distance is not fetched again).
+  run.bucket = 60000;
+  const PrefetchOutcome ahead = TrainPrefetch(*comm, run, data);
+  ASSERT_THAT(ahead.status, IsOk());
+  for (size_t k = 1; k < ahead.breakdowns.size(); ++k) {
+    EXPECT_GT(ahead.breakdowns[k].h2d_bytes, 0u);
+    EXPECT_LE(ahead.breakdowns[k].h2d_bytes, expected) << "step " << k + 1;
+  }
+}
+
+TEST(ParamCoordinatorTrafficTest, NvmeBytesAreTheStoresReadsAndWriteBack) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(25, 4, 2, 16, 256);
+  PrefetchRun run{.param = "nvme"};
+  run.max_in_cpu = 0;  // every shard on NVMe
+  const PrefetchOutcome got = TrainPrefetch(*comm, run, data);
+  ASSERT_THAT(got.status, IsOk());
+  uint64_t all_shards = 0;
+  for (uint64_t b : got.shard_bytes) all_shards += b;
+  const uint64_t h2d = ExpectedH2dBytesPerStep(got);
+  for (size_t k = 1; k < got.breakdowns.size(); ++k) {
+    const StepBreakdown& b = got.breakdowns[k];
+    EXPECT_EQ(b.h2d_bytes, h2d) << "step " << k + 1;
+    // The step writes every shard back once.
+    EXPECT_EQ(b.nvme_write_bytes, all_shards) << "step " << k + 1;
+    // Every shard was rewritten by the previous step, so each is read at least once.
+    EXPECT_GE(b.nvme_read_bytes, all_shards) << "step " << k + 1;
+  }
+}
+
+}  // namespace
+}  // namespace strata
