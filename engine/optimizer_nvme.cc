@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
 #include "core/units.h"
 #include "engine/trace.h"
 
@@ -136,6 +139,8 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
 }
 
 NvmeOptimizerState::~NvmeOptimizerState() {
+  drain_hook_ = nullptr;
+  DrainAsync().IgnoreError();  // no write in flight into a buffer or file about to go
   // The stage's budget goes back first; the lease before its pool (member order does the rest).
   if (stage_budget_bytes_ != 0) budget_->Release(Tier::kCpu, stage_budget_bytes_);
   grad_slab_ = PinnedBuffer();
@@ -146,13 +151,20 @@ uint64_t NvmeOptimizerState::cpu_bytes() const {
 }
 
 double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
+  // The chunks' sums in parallel, added in order: the same bits as the sequential loop.
+  if (end <= begin) return 0;
+  const size_t chunks = (end - begin + kNormChunk - 1) / kNormChunk;
+  std::vector<double> sums(chunks);
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks, 64), [&](const auto& r) {
+    for (size_t k = r.begin(); k != r.end(); ++k) {
+      const size_t c = begin + k * kNormChunk, stop = std::min(end, c + kNormChunk);
+      double chunk = 0;
+      for (size_t i = c; i < stop; ++i) chunk += double(grad_[i]) * double(grad_[i]);
+      sums[k] = chunk;
+    }
+  });
   double total = 0;
-  for (size_t c = begin; c < end; c += kNormChunk) {
-    const size_t stop = std::min(end, c + kNormChunk);
-    double chunk = 0;
-    for (size_t i = c; i < stop; ++i) chunk += double(grad_[i]) * double(grad_[i]);
-    total += chunk;
-  }
+  for (const double s : sums) total += s;
   return total;
 }
 
@@ -172,6 +184,7 @@ int NvmeOptimizerState::SubGroupOf(size_t e) const {
 
 Status NvmeOptimizerState::Stage(int i, bool need_contents) {
   if (staged_ == i) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());  // the stage goes through the swapper's buffer 0
   STRATA_RETURN_IF_ERROR(WriteStage());
   const size_t n = Numel(groups_[static_cast<size_t>(i)]);
   const uint64_t want = 3 * uint64_t{n} * sizeof(float);
@@ -198,6 +211,7 @@ Status NvmeOptimizerState::Stage(int i, bool need_contents) {
 
 Status NvmeOptimizerState::WriteStage() {
   if (staged_ < 0 || !stage_dirty_) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());
   const size_t i = static_cast<size_t>(staged_);
   const size_t n = Numel(groups_[i]);
   const float* p = stage_.data();
@@ -219,6 +233,12 @@ Status NvmeOptimizerState::Flush() {
 }
 
 Status NvmeOptimizerState::WriteUnwritten() {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (!written_[i] && swap_index_[i] >= 0) {
+      STRATA_RETURN_IF_ERROR(DrainAsync());
+      break;
+    }
+  }
   std::vector<float> zeros;
   for (size_t i = 0; i < groups_.size(); ++i) {
     if (written_[i] || swap_index_[i] < 0) continue;
@@ -302,6 +322,7 @@ Status NvmeOptimizerState::ReadSubGroup(int i, float* master, float* exp_avg, fl
     return ReadState(g.flat_begin, n, master, exp_avg, exp_avg_sq);
   }
   // Straight from NVMe into the caller's arrays: no stage.
+  STRATA_RETURN_IF_ERROR(DrainAsync());
   return swapper_->ReadState(swap_index_[static_cast<size_t>(i)], master, exp_avg, exp_avg_sq);
 }
 
@@ -311,6 +332,7 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
     return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
                                 " must be at least 1");
   }
+  STRATA_RETURN_IF_ERROR(DrainAsync());
   TraceSpan span(tracer_, "optimizer step (nvme)", "optimizer");
   swapper_stepped_ = true;
   sg_bytes_read_ = sg_bytes_written_ = 0;
@@ -363,7 +385,11 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
 void NvmeOptimizerState::AddTo(StepBreakdown* b) const {
   b->nvme_read_bytes += sg_bytes_read_;
   b->nvme_write_bytes += sg_bytes_written_;
-  if (!swapper_stepped_) return;
+  if (!swapper_stepped_) {
+    b->io_wait_ms += sg_wait_ms_;
+    b->cpu_adam_ms += sg_update_ms_;
+    return;
+  }
   const OptimizerStepStats& st = swapper_->last_step();
   b->io_wait_ms += st.read_wait_ms + st.write_wait_ms;
   b->cpu_adam_ms += st.update_ms;
@@ -379,32 +405,14 @@ Status NvmeOptimizerState::StepExcept(int64_t step, const Hyperparams& hp, float
                                 std::to_string(skip.size()) + " skip flags for " +
                                 std::to_string(groups_.size()) + " sub-groups");
   }
-  if (std::none_of(skip.begin(), skip.end(), [](char c) { return c != 0; })) {
+  if (std::none_of(skip.begin(), skip.end(), [](char c) { return c != 0; }) && !async_busy()) {
     return Step(step, hp, grad_scale, param_copy, copy_dtype);
   }
   if (step < 1) {
     return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
                                 " must be at least 1");
   }
-  TraceSpan span(tracer_, "optimizer step (nvme, rest)", "optimizer");
-  swapper_stepped_ = false;
-  sg_bytes_read_ = sg_bytes_written_ = 0;
-  STRATA_RETURN_IF_ERROR(PrepareSubGroupSteps());
-  std::vector<float> state;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    const size_t n = Numel(groups_[i]);
-    if (skip[i] != 0 || n == 0) continue;
-    state.resize(3 * n);
-    float* p = state.data();
-    const int g = static_cast<int>(i);
-    STRATA_RETURN_IF_ERROR(ReadSubGroup(g, p, p + n, p + 2 * n));
-    STRATA_RETURN_IF_ERROR(
-        UpdateSubGroup(g, step, hp, grad_scale, p, p + n, p + 2 * n, param_copy, copy_dtype));
-    STRATA_RETURN_IF_ERROR(WriteSubGroup(g, p, p + n, p + 2 * n));
-    sg_bytes_read_ += 3 * n * sizeof(float);
-    sg_bytes_written_ += 3 * n * sizeof(float);
-  }
-  return Status::Ok();
+  return StepAsync(step, hp, grad_scale, param_copy, copy_dtype, skip);
 }
 
 Status NvmeOptimizerState::PrepareSubGroupSteps() {
@@ -454,6 +462,7 @@ Status NvmeOptimizerState::WriteSubGroup(int i, const float* master, const float
   }
   const int k = swap_index_[static_cast<size_t>(i)];
   if (k < 0) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());
   STRATA_RETURN_IF_ERROR(
       swapper_->Initialize(k, master, exp_avg, exp_avg_sq)
           .WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i)));

@@ -17,12 +17,24 @@
 // Errors from the swap path name the swap file and offset (EIO, short reads, ENOSPC: from aio/;
 // a corrupted block: DataLoss by its checksum, from swap/), with the sub-group added here.
 //
-// Thread safety: one thread drives it (the engine's); Step runs Adam on the oneTBB workers while
-// the AioHandle's threads do the I/O.
+// The asynchronous path (optimizer_nvme_async.cc; the overlapped step's worker and StepExcept):
+// sub-group states move through the swapper's `buffer_count` pinned buffers ("slots") with
+// reads issued ahead and writes left in flight (deferred). A slot holds one sub-group: a read in
+// flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in flight
+// (its buffer still holds what is being written, so reading that sub-group again waits for the
+// write and takes the buffer as is). A deferred write is drained before its slot is reused,
+// before that sub-group is read again, and by every direct call (ReadState, WriteState,
+// ReadSubGroup, WriteSubGroup, Flush, Step) and the destructor; its error fails the call that
+// drains it, naming the sub-group, the swap file and offset.
+//
+// Thread safety: one thread drives it at a time (the engine's, or the overlapped step's worker
+// between its read-ahead start and the step); Step runs Adam on the oneTBB workers while the
+// AioHandle's threads do the I/O.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -107,21 +119,55 @@ class NvmeOptimizerState {
               DType copy_dtype);
 
   // As Step, but sub-groups with skip[i] != 0 are left alone (the overlapped step updated them:
-  // engine/step_overlap.h). With none skipped this is Step; otherwise the rest go one at a time
-  // through the per-sub-group calls below (not pipelined). `skip` has num_sub_groups() entries.
+  // engine/step_overlap.h). With none skipped and nothing in the slots this is Step; otherwise
+  // the rest go through the asynchronous path: the states already read ahead first, the next
+  // reads in flight during each update, the writes left in flight past the return (deferred).
+  // `skip` has num_sub_groups() entries.
   Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
                     DType copy_dtype, const std::vector<char>& skip);
 
   // Per sub-group steps (the overlapped step: engine/step_overlap.h). PrepareSubGroupSteps (the
-  // engine's thread) writes the stage and zeros for sub-groups never written; then, from one
-  // other thread at a time and with no other call on this object in between, each sub-group is
-  // read (ReadSubGroup), updated in memory (UpdateSubGroup: the same kernel, step number and
-  // hyperparameters as Step, so the same bits) and written back (WriteSubGroup).
+  // engine's thread) writes the stage and zeros for sub-groups never written (nothing, and no
+  // drain, when there are none); then, from one thread at a time, each sub-group's state is
+  // acquired in a slot (AcquireState, below), updated in place (UpdateSubGroup: the same kernel,
+  // step number and hyperparameters as Step, so the same bits) and written back (WriteBack).
+  // WriteSubGroup is the direct, synchronous write (it drains the slots first).
   Status PrepareSubGroupSteps();
   Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
                         float* exp_avg, float* exp_avg_sq, void* param_copy,
                         DType copy_dtype) const;
   Status WriteSubGroup(int i, const float* master, const float* exp_avg, const float* exp_avg_sq);
+
+  // --- The asynchronous path (see the top of this file) ---
+  // Non-blocking: records the I/O that completed, then issues reads of `wanted` (sub-groups in
+  // the order they will be needed; only the first num_slots() count) into free slots or slots
+  // holding a sub-group not among them. *waiting_helps: some of them wait for I/O in flight (a
+  // read, or a write whose slot is needed). The first error of a completed read or write.
+  Status ReadAhead(std::span<const int> wanted, bool* waiting_helps);
+  // Blocks until the oldest read or write in flight completes (false: none was).
+  Result<bool> WaitOldestIo();
+  // Blocks until sub-group i's state is valid in a slot and returns where (the buffers stay
+  // valid until WriteBack or the next drain): read from NVMe if needed (need_contents), else the
+  // caller overwrites it all. `keep` (the sub-groups needed next) are not evicted for it.
+  Result<OptimizerSwapper::StateView> AcquireState(int i, std::span<const int> keep,
+                                                   bool need_contents);
+  // Submits the write of sub-group i's slot (after AcquireState and an update in place).
+  Status WriteBack(int i);
+  // Waits for every write in flight (the first error), drops every read and valid copy. Calls
+  // the drain hook first.
+  Status DrainAsync();
+  // Whether any slot holds a sub-group (a read, a copy or a write).
+  bool async_busy() const;
+  int num_slots() const { return swapper_->num_buffers(); }
+  struct AsyncStats {
+    uint64_t bytes_read = 0, bytes_written = 0;
+    double wait_ms = 0;  // blocked on a read or a write
+  };
+  // The figures since the last call.
+  AsyncStats TakeAsyncStats();
+  // Called by DrainAsync before it touches the slots (the overlapped step stops its worker's
+  // read-ahead there). Must stay valid until replaced (null clears it).
+  void set_drain_hook(std::function<void()> hook) { drain_hook_ = std::move(hook); }
 
   // Writes elements [flat_begin, flat_begin + master.size()) of the master weights and, when
   // given (same length), of the moments (else those keep their values: zeros at first). The
@@ -166,6 +212,25 @@ class NvmeOptimizerState {
   // Writes zeros to every sub-group never written (before a step or a read of it).
   Status WriteUnwritten();
 
+  // The asynchronous path's slots (one per swapper buffer).
+  struct Slot {
+    enum class State : uint8_t { kFree, kReading, kValid, kWriting };
+    State state = State::kFree;
+    int sg = -1;
+    SwapFuture io;
+    uint64_t seq = 0;  // issue order of the I/O in flight
+  };
+  Status EnsureSlots();
+  void FreeSlot(size_t k);
+  // Settles slot k's I/O if done (or, with block, once done): a read becomes valid, a write too.
+  Status Settle(size_t k, bool block);
+  // A slot for a sub-group not in `keep`: free, else valid holding one not in keep; -1 if none.
+  int FindVictim(std::span<const int> keep) const;
+  void StartRead(int i, size_t k);
+  // The async path of StepExcept.
+  Status StepAsync(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
+                   DType copy_dtype, const std::vector<char>& skip);
+
   NvmeOptimizerStateOptions options_;
   CpuOptimizer optimizer_;
   std::unique_ptr<AioHandle> own_aio_;
@@ -189,6 +254,12 @@ class NvmeOptimizerState {
   // (AddTo then adds its figures).
   uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;
   bool swapper_stepped_ = false;
+  double sg_wait_ms_ = 0, sg_update_ms_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<int> slot_of_;  // sub-group -> slot, or -1
+  uint64_t io_seq_ = 0;
+  AsyncStats async_stats_;
+  std::function<void()> drain_hook_;
 };
 
 }  // namespace strata

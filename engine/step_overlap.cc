@@ -59,13 +59,13 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
   const size_t n = op.sub_groups.size();
   o->done_.assign(n, 0);
   o->kept_.resize(n);
-  o->read_ahead_.resize(n);
-  o->reading_.assign(n, 0);
   o->worker_ = std::thread([p = o.get()] { p->WorkerLoop(); });
+  if (op.nvme_opt != nullptr) op.nvme_opt->set_drain_hook([p = o.get()] { p->PauseWorker(); });
   return o;
 }
 
 StepOverlap::~StepOverlap() {
+  if (o_.nvme_opt != nullptr) o_.nvme_opt->set_drain_hook(nullptr);
   if (copy_stream_.valid()) copy_stream_.Synchronize().IgnoreError();  // host functions ran
   {
     std::lock_guard lock(mu_);
@@ -94,6 +94,13 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
     return Status::Ok();
   }
   serial_since_rollback_ = 0;
+  if (!step_started_) {
+    if (o_.nvme_opt != nullptr) {
+      STRATA_RETURN_IF_ERROR(o_.nvme_opt->PrepareSubGroupSteps().WithContext("overlapped step"));
+    }
+    std::lock_guard lock(mu_);
+    ResetStepLocked();
+  }
   args_ = args;
   remaining_.assign(o_.sub_groups.size(), 0);
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
@@ -102,26 +109,62 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   copied_.assign(o_.sub_groups.size(), 0);
   kept_bytes_ = 0;
   pushed_expected_ = 0;
-  if (o_.nvme_opt != nullptr) {
-    STRATA_RETURN_IF_ERROR(o_.nvme_opt->PrepareSubGroupSteps().WithContext("overlapped step"));
-  }
   {
     std::lock_guard lock(mu_);
-    std::fill(done_.begin(), done_.end(), 0);
-    for (auto& k : kept_) k.reset();
-    for (auto& r : read_ahead_) std::vector<float>().swap(r);
-    std::fill(reading_.begin(), reading_.end(), 0);
-    ready_.clear();
-    processed_ = pushed_ = 0;
-    error_ = Status::Ok();
-    adam_ms_ = 0;
-    nvme_read_bytes_ = nvme_write_bytes_ = 0;
-    armed_ = true;
+    read_ahead_on_ = o_.nvme_opt != nullptr;
+    kick_ = true;
   }
   backward_ended_.store(false);
   active_ = true;
   cv_.notify_all();  // NVMe: read ahead
   return Status::Ok();
+}
+
+void StepOverlap::ResetStepLocked() {
+  std::fill(done_.begin(), done_.end(), 0);
+  for (auto& k : kept_) k.reset();
+  ready_.clear();
+  processed_ = pushed_ = 0;
+  error_ = Status::Ok();
+  adam_ms_ = 0;
+  step_started_ = true;
+}
+
+Status StepOverlap::StartReadAhead() {
+  if (o_.nvme_opt == nullptr || active_) return Status::Ok();
+  // Writes the stage and never-written sub-groups if any (else nothing): before the worker
+  // owns the state.
+  STRATA_RETURN_IF_ERROR(o_.nvme_opt->PrepareSubGroupSteps().WithContext("overlapped step"));
+  {
+    std::lock_guard lock(mu_);
+    ResetStepLocked();
+    read_ahead_on_ = true;
+    kick_ = true;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void StepOverlap::PauseWorker() {
+  std::unique_lock lock(mu_);
+  read_ahead_on_ = false;
+  done_cv_.wait(lock, [&] { return !busy_; });
+}
+
+Status StepOverlap::StopReadAhead(StepBreakdown* b) {
+  step_started_ = false;  // the next Begin or StartReadAhead resets the step's state
+  if (o_.nvme_opt == nullptr) return Status::Ok();
+  Status error;
+  {
+    std::unique_lock lock(mu_);
+    read_ahead_on_ = false;
+    done_cv_.wait(lock, [&] { return !busy_; });
+    if (!active_) error = error_;
+  }
+  const NvmeOptimizerState::AsyncStats st = o_.nvme_opt->TakeAsyncStats();
+  b->nvme_read_bytes += st.bytes_read;
+  b->nvme_write_bytes += st.bytes_written;
+  return error.WithContext("overlapped step: NVMe read-ahead");
 }
 
 Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
@@ -152,72 +195,78 @@ void StepOverlap::Push(size_t g) {
     std::lock_guard lock(mu_);
     ready_.push_back(g);
     ++pushed_;
+    kick_ = true;
   }
   cv_.notify_all();
 }
 
+// Note [Overlapped NVMe pipeline]
+// The worker alternates between two kinds of work. A ready sub-group (its gradients are on the
+// host): the next reads go in flight first (ReadAhead: it, then the other ready ones, then the
+// rest last first, as far as the swap buffers allow), then it waits for its own state (a read,
+// or the write of its last update, whose buffer is then current), updates it in place in the
+// pinned buffer and submits its write without waiting. Nothing ready: ReadAhead, and when the
+// wanted reads wait for I/O in flight (a read to verify, a write whose buffer is needed) it
+// blocks on the oldest one, else it sleeps until kicked (a new ready sub-group, Begin,
+// StartReadAhead). So the disk always has the reads of the next sub-groups in flight, a
+// sub-group's update waits only for its own read, and the writes complete in the background.
+// The step (StopReadAhead / Finish) takes the state back with the worker idle.
+std::vector<int> StepOverlap::WantedLocked(int first) const {
+  std::vector<int> w;
+  if (first >= 0) w.push_back(first);
+  for (size_t g : ready_) {
+    if (static_cast<int>(g) != first) w.push_back(static_cast<int>(g));
+  }
+  for (size_t g = eligible_.size(); g-- > 0;) {
+    if (!eligible_[g] || done_[g] || static_cast<int>(g) == first) continue;
+    if (std::find(ready_.begin(), ready_.end(), g) != ready_.end()) continue;
+    w.push_back(static_cast<int>(g));
+  }
+  return w;
+}
+
 void StepOverlap::WorkerLoop() {
   if (o_.tracer != nullptr) o_.tracer->NameThisThread("adam overlap");
+  NvmeOptimizerState* nvme = o_.nvme_opt;
   std::unique_lock lock(mu_);
-  // NVMe: the next sub-group to read ahead — the last not yet read (backward reaches the last
-  // parameters first) — or -1.
-  auto next_read_ahead = [&]() -> int {
-    if (o_.nvme_opt == nullptr || !armed_ || !error_.ok()) return -1;
-    int unconsumed = 0;
-    for (const auto& r : read_ahead_) unconsumed += r.empty() ? 0 : 1;
-    if (unconsumed >= kReadAhead) return -1;
-    for (size_t g = eligible_.size(); g-- > 0;) {
-      if (eligible_[g] && !reading_[g] && !done_[g]) return static_cast<int>(g);
-    }
-    return -1;
-  };
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !ready_.empty() || next_read_ahead() >= 0; });
+    cv_.wait(lock, [&] {
+      return stop_ || !ready_.empty() || (nvme != nullptr && read_ahead_on_ && kick_);
+    });
     if (stop_) return;
     busy_ = true;
     if (!ready_.empty()) {
       const size_t g = ready_.front();
       ready_.pop_front();
-      reading_[g] = 1;
-      std::vector<float> state = std::move(read_ahead_[g]);
-      read_ahead_[g].clear();
       const bool failed = !error_.ok();
+      std::vector<int> wanted;
+      if (nvme != nullptr && !failed) wanted = WantedLocked(static_cast<int>(g));
       lock.unlock();
-      Status s = failed ? Status::Ok() : UpdateOne(g, &state);
+      Status s = failed ? Status::Ok() : UpdateOne(g, wanted);
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
       ++processed_;
+      kick_ = true;
     } else {
-      const size_t g = static_cast<size_t>(next_read_ahead());
-      reading_[g] = 1;
+      kick_ = false;
+      std::vector<int> wanted = error_.ok() ? WantedLocked(-1) : std::vector<int>();
       lock.unlock();
-      std::vector<float> state;
-      Status s = ReadNvme(g, &state);
+      bool helps = false;
+      Status s = wanted.empty() ? Status::Ok() : nvme->ReadAhead(wanted, &helps);
+      if (s.ok() && helps) s = nvme->WaitOldestIo().status();
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
-      if (s.ok() && armed_ && !done_[g]) read_ahead_[g] = std::move(state);
+      if (s.ok() && helps) kick_ = true;  // look again once that I/O is done
     }
     busy_ = false;
     done_cv_.notify_all();
   }
 }
 
-Status StepOverlap::ReadNvme(size_t g, std::vector<float>* state) {
-  const size_t n = Numel(g);
-  state->resize(3 * n);
-  float* p = state->data();
-  STRATA_RETURN_IF_ERROR(o_.nvme_opt->ReadSubGroup(static_cast<int>(g), p, p + n, p + 2 * n)
-                             .WithContext("overlapped step: read sub-group " + std::to_string(g)));
-  std::lock_guard lock(mu_);
-  nvme_read_bytes_ += 3 * n * sizeof(float);
-  return Status::Ok();
-}
-
 // Runs on the worker thread, with the sub-group's gradients on the host.
-Status StepOverlap::UpdateOne(size_t g, std::vector<float>* state) {
+Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
   const SubGroup& sg = o_.sub_groups[g];
   const size_t n = Numel(g);
-  const double t0 = NowMs();
   const double trace_begin = o_.tracer != nullptr ? o_.tracer->NowUs() : 0;
   std::unique_ptr<Kept> kept;
   if (args_.speculative) kept = std::make_unique<Kept>();
@@ -225,8 +274,9 @@ Status StepOverlap::UpdateOne(size_t g, std::vector<float>* state) {
   uint8_t* copy = o_.param_copy == nullptr
                       ? nullptr
                       : static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes;
-  if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
+  double t0 = NowMs();
   if (o_.cpu_opt != nullptr) {
+    if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
     if (kept != nullptr) {
       kept->state.resize(3 * n);
       std::span<float> k(kept->state);
@@ -242,14 +292,27 @@ Status StepOverlap::UpdateOne(size_t g, std::vector<float>* state) {
             ->StepSubGroup(sg, args_.step, args_.hp, args_.grad_scale, o_.param_copy, o_.copy_dtype)
             .WithContext("overlapped step: sub-group " + std::to_string(g)));
   } else {
-    if (state->empty()) STRATA_RETURN_IF_ERROR(ReadNvme(g, state));
-    if (kept != nullptr) kept->state = *state;
-    float* p = state->data();
+    NvmeOptimizerState* nvme = o_.nvme_opt;
     const int i = static_cast<int>(g);
-    STRATA_RETURN_IF_ERROR(o_.nvme_opt->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale, p,
-                                                       p + n, p + 2 * n, o_.param_copy,
-                                                       o_.copy_dtype));
-    STRATA_RETURN_IF_ERROR(o_.nvme_opt->WriteSubGroup(i, p, p + n, p + 2 * n));
+    // The next reads go in flight first; then only this sub-group's own read is waited for.
+    bool helps = false;
+    STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    const std::span<const int> keep =
+        std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), nvme->num_slots()));
+    Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
+    if (!v.ok()) return v.status().WithContext("overlapped step");
+    t0 = NowMs();  // the Adam time, without the wait for the read
+    if (kept != nullptr) {
+      if (copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
+      kept->state.resize(3 * n);
+      std::memcpy(kept->state.data(), v->params, n * sizeof(float));
+      std::memcpy(kept->state.data() + n, v->exp_avg, n * sizeof(float));
+      std::memcpy(kept->state.data() + 2 * n, v->exp_avg_sq, n * sizeof(float));
+    }
+    STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale,
+                                                v->params, v->exp_avg, v->exp_avg_sq, o_.param_copy,
+                                                o_.copy_dtype));
+    STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
   }
   const double ms = NowMs() - t0;
   if (o_.tracer != nullptr && o_.tracer->enabled()) {
@@ -261,7 +324,6 @@ Status StepOverlap::UpdateOne(size_t g, std::vector<float>* state) {
     kept_[g] = std::move(kept);
     done_[g] = 1;
     adam_ms_ += ms;
-    if (o_.nvme_opt != nullptr) nvme_write_bytes_ += 3 * n * sizeof(float);
   }
   overlapped_.fetch_add(1);
   if (!backward_ended_.load()) early_.fetch_add(1);
@@ -274,15 +336,18 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   Status worker;
   {
     std::unique_lock lock(mu_);
-    armed_ = false;  // no more reads ahead
+    read_ahead_on_ = false;  // the ready ones still read what they need
     done_cv_.wait(lock, [&] { return (processed_ == pushed_ && !busy_) || !s.ok(); });
     if (!s.ok()) done_cv_.wait(lock, [&] { return !busy_; });
     worker = error_;
-    for (auto& r : read_ahead_) std::vector<float>().swap(r);
     b->overlapped_adam_ms += adam_ms_;
-    b->nvme_read_bytes += nvme_read_bytes_;
-    b->nvme_write_bytes += nvme_write_bytes_;
   }
+  if (o_.nvme_opt != nullptr) {  // the worker is idle: the NVMe state is the engine thread's
+    const NvmeOptimizerState::AsyncStats st = o_.nvme_opt->TakeAsyncStats();
+    b->nvme_read_bytes += st.bytes_read;
+    b->nvme_write_bytes += st.bytes_written;
+  }
+  step_started_ = false;
   if (!s.ok() || !worker.ok()) {  // the step fails; undo what can be undone
     Rollback().IgnoreError();
     return !s.ok() ? s.WithContext("overlapped step: gradient copies") : worker;
@@ -354,11 +419,17 @@ Status StepOverlap::Rollback() {
           o_.cpu_opt->Write(OptimizerState::Array::kExpAvg, sg.flat_begin, k.subspan(n, n)));
       STRATA_RETURN_IF_ERROR(
           o_.cpu_opt->Write(OptimizerState::Array::kExpAvgSq, sg.flat_begin, k.subspan(2 * n, n)));
-    } else {
-      const float* p = k.data();
-      STRATA_RETURN_IF_ERROR(
-          o_.nvme_opt->WriteSubGroup(static_cast<int>(g), p, p + n, p + 2 * n)
-              .WithContext("overlapped step: restoring sub-group " + std::to_string(g)));
+    } else {  // into its swap buffer, written in the background (the serial step uses it)
+      const int i = static_cast<int>(g);
+      Result<OptimizerSwapper::StateView> v = o_.nvme_opt->AcquireState(i, {}, false);
+      if (!v.ok()) {
+        return v.status().WithContext("overlapped step: restoring sub-group " + std::to_string(g));
+      }
+      std::memcpy(v->params, k.data(), n * sizeof(float));
+      std::memcpy(v->exp_avg, k.data() + n, n * sizeof(float));
+      std::memcpy(v->exp_avg_sq, k.data() + 2 * n, n * sizeof(float));
+      STRATA_RETURN_IF_ERROR(o_.nvme_opt->WriteBack(i).WithContext(
+          "overlapped step: restoring sub-group " + std::to_string(g)));
     }
     if (o_.param_copy != nullptr && !kept[g]->copy.empty()) {
       std::memcpy(static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes,

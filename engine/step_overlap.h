@@ -11,9 +11,17 @@
 // host function on that stream hands it to the worker thread, which runs the same update the
 // serial step runs (OptimizerState::StepSubGroup, or the NVMe per-sub-group read / update / write)
 // and writes the sub-group's compute-dtype copy (param_copy: the stage-3 shards themselves when
-// they live in pinned CPU memory). With the optimizer on NVMe the worker reads ahead, while it has
-// nothing ready, the state of up to kReadAhead sub-groups in the order backward reaches them (the
-// last first).
+// they live in pinned CPU memory).
+//
+// NVMe (Note [Overlapped NVMe pipeline] in step_overlap.cc): the states move through the
+// optimizer's pinned swap buffers with NvmeOptimizerState's asynchronous path. The read-ahead
+// starts at the boundary micro-batch's Forward (StartReadAhead), in the order backward reaches the
+// sub-groups (the last first), as far as the buffers allow; each update puts the next reads in
+// flight before it runs, and its write is left in flight (a later read of that buffer or that
+// sub-group waits for it; writes still in flight when the step ends complete during the next
+// forward). The step stops the read-ahead (StopReadAhead) before it touches the state, and the
+// serial step (a rollback, sub-groups past the kept-copy bound, a step not overlapped) starts
+// with the states already read ahead.
 //
 // Exactness (Note [Overlapped step exactness]). The update needs grad_scale = 1 / (world *
 // combined), where combined is the loss scale unless clipping triggers (it depends on the global
@@ -98,18 +106,25 @@ struct OverlapStepArgs {
 
 class StepOverlap {
  public:
-  // How many NVMe sub-groups the worker reads ahead of their readiness.
-  static constexpr int kReadAhead = 2;
   // After a rollback, speculative steps run serially; every kRetryAfter-th one tries again.
   static constexpr int kRetryAfter = 8;
 
   // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
   // are incomplete.
   static Result<std::unique_ptr<StepOverlap>> Create(StepOverlapOptions options);
-  // Waits for the copy stream and joins the worker (pending work is dropped).
+  // Waits for the copy stream and joins the worker (pending work is dropped; writes in flight
+  // stay with the NVMe state, which drains them).
   ~StepOverlap();
   StepOverlap(const StepOverlap&) = delete;
   StepOverlap& operator=(const StepOverlap&) = delete;
+
+  // NVMe: the boundary micro-batch's Forward starts the worker reading ahead (no-op on the cpu
+  // tier, or while a step is armed).
+  Status StartReadAhead();
+  // Stops the read-ahead and waits for the worker to be idle (the step then owns the NVMe state);
+  // adds the NVMe bytes moved since the step began to `b`. Unless a step is armed (Finish reports
+  // those), the first error of the read-ahead: a failed deferred write names its file and offset.
+  Status StopReadAhead(StepBreakdown* b);
 
   // Arms the counts for the boundary micro-batch's backward. An earlier step still armed (Step
   // was not called) is first rolled back.
@@ -146,9 +161,13 @@ class StepOverlap {
   uint64_t KeptBytes(size_t g) const;
   void WorkerLoop();
   void Push(size_t g);  // the copy stream's host function: g's gradients are on the host
-  Status UpdateOne(size_t g, std::vector<float>* read_ahead);
-  Status ReadNvme(size_t g, std::vector<float>* state);
-  void Fail(const Status& s);
+  Status UpdateOne(size_t g, const std::vector<int>& wanted);
+  // The sub-groups the NVMe read-ahead wants, soonest first (mu_ held): `first` (if >= 0), the
+  // ready ones, then the rest not updated yet, last first.
+  std::vector<int> WantedLocked(int first) const;
+  void ResetStepLocked();
+  // Stops the read-ahead and waits until the worker is idle (the NVMe state's drain hook).
+  void PauseWorker();
 
   StepOverlapOptions o_;
   std::vector<size_t> group_of_slice_;
@@ -159,6 +178,7 @@ class StepOverlap {
 
   // Engine thread only.
   bool active_ = false;
+  bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
   std::vector<size_t> remaining_;  // unreduced slices per sub-group
   std::vector<char> copied_;       // D2H enqueued here
@@ -172,15 +192,14 @@ class StepOverlap {
   std::condition_variable cv_;       // the worker waits for work
   std::condition_variable done_cv_;  // Finish waits for the worker
   std::deque<size_t> ready_;
-  std::vector<char> done_;                      // updated early this step
-  std::vector<std::unique_ptr<Kept>> kept_;     // speculative copies
-  std::vector<std::vector<float>> read_ahead_;  // NVMe states read ahead (empty: none)
-  std::vector<char> reading_;                   // read ahead or being read
+  std::vector<char> done_;                   // updated early this step
+  std::vector<std::unique_ptr<Kept>> kept_;  // speculative copies
   uint64_t processed_ = 0, pushed_ = 0;
-  bool armed_ = false, stop_ = false, busy_ = false;
+  bool stop_ = false, busy_ = false;
+  bool read_ahead_on_ = false;  // NVMe: the worker reads ahead while it has nothing ready
+  bool kick_ = false;           // something changed: the read-ahead looks again
   Status error_;
   double adam_ms_ = 0;
-  uint64_t nvme_read_bytes_ = 0, nvme_write_bytes_ = 0;
 
   std::atomic<bool> backward_ended_{false};
   std::atomic<int64_t> overlapped_{0}, early_{0};

@@ -169,6 +169,38 @@ Status OptimizerSwapper::ReadState(int sg, float* params, float* m, float* v) {
   return Status::Ok();
 }
 
+OptimizerSwapper::StateView OptimizerSwapper::BufferState(int sg, int buffer) {
+  uint8_t* b = buffers_[static_cast<size_t>(buffer)].bytes();
+  const size_t part = PartBytes(groups_[static_cast<size_t>(sg)].numel);
+  StateView v;
+  v.params = reinterpret_cast<float*>(b);
+  v.exp_avg = reinterpret_cast<float*>(b + part);
+  v.exp_avg_sq = reinterpret_cast<float*>(b + 2 * part);
+  return v;
+}
+
+SwapFuture OptimizerSwapper::ReadAsync(int sg, int buffer) {
+  if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
+    return SwapFuture::Failed(InvalidArgumentError(
+        "optimizer swapper: read of sub-group " + std::to_string(sg) + " into buffer " +
+        std::to_string(buffer) + " (" + std::to_string(num_sub_groups()) + " sub-groups, " +
+        std::to_string(num_buffers()) + " buffers)"));
+  }
+  return space_->Read(groups_[static_cast<size_t>(sg)].swap_id,
+                      buffers_[static_cast<size_t>(buffer)].data());
+}
+
+SwapFuture OptimizerSwapper::WriteAsync(int sg, int buffer) {
+  if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
+    return SwapFuture::Failed(InvalidArgumentError(
+        "optimizer swapper: write of sub-group " + std::to_string(sg) + " from buffer " +
+        std::to_string(buffer) + " (" + std::to_string(num_sub_groups()) + " sub-groups, " +
+        std::to_string(num_buffers()) + " buffers)"));
+  }
+  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id,
+                       buffers_[static_cast<size_t>(buffer)].data());
+}
+
 // Note [Optimizer step pipeline]
 // Sub-group i uses buffer i % B. Reads run `lookahead` sub-groups ahead of the update
 // (B - 2 with pipeline_read: one buffer is being updated, one is being written back), and a read

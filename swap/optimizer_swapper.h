@@ -98,6 +98,27 @@ class OptimizerSwapper {
   // torn: reading it (a later Step, ReadState) is FailedPrecondition until Initialize rewrites it.
   Status Step(const std::function<SubGroupIo(int)>& io, const StepOptions& options = {});
 
+  // Per-buffer calls, for a caller that schedules its own pipeline (engine/optimizer_nvme.h's
+  // asynchronous path): buffer b in [0, num_buffers()) holds one sub-group's state at a time.
+  // The caller keeps a buffer's read or write in flight apart from any other use of it, and has
+  // none in flight during Initialize, ReadState and Step (they use the buffers too).
+  struct StateView {
+    float* params = nullptr;
+    float* exp_avg = nullptr;
+    float* exp_avg_sq = nullptr;
+  };
+  Status PrepareBuffers() { return EnsureBuffers(); }  // before the calls below
+  int num_buffers() const { return static_cast<int>(buffers_.size()); }
+  StateView BufferState(int sub_group, int buffer);
+  // Async read of the sub-group's state into buffer b / write from it (checksums as Step's: the
+  // read is verified by its Wait, the write's taken at submit).
+  SwapFuture ReadAsync(int sub_group, int buffer);
+  SwapFuture WriteAsync(int sub_group, int buffer);
+  // Bytes one sub-group's state moves (the three aligned parts).
+  uint64_t state_bytes(int sub_group) const {
+    return 3 * uint64_t{PartBytes(groups_[static_cast<size_t>(sub_group)].numel)};
+  }
+
   // Switches the schedule between steps (benchmarks compare both on the same files).
   void set_pipelining(bool read, bool write) {
     options_.pipeline_read = read;

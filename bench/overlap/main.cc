@@ -66,6 +66,8 @@ struct Options {
   int64_t seq_balanced = 128, seq_io = 16, seq_compute = 512;
   int64_t sub_group_size = 4000000;
   double clip = 0.0;
+  std::string trace;
+  int64_t buffer_count = 4;
 };
 
 std::vector<std::string> SplitSizes(const std::string& s) {
@@ -115,6 +117,7 @@ int Run(const Options& o) {
   out["memcpy_gbps"] = memcpy_gbps;
   out["rounds"] = o.rounds;
   out["threads"] = o.threads;
+  out["buffer_count"] = o.buffer_count;
   out["targets"] = {{"overlapped_over_bound", "<= 1.15"}, {"serial_over_overlapped", ">= 1.5"}};
   double worst = 0;
   std::string worst_size;
@@ -129,6 +132,8 @@ int Run(const Options& o) {
     so.state_over_device = o.state_over_device;
     so.sub_group_size = o.sub_group_size;
     so.clip = o.clip;
+    so.buffer_count = o.buffer_count;
+    if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
     so.dir = dir;
     so.memcpy_gbps = memcpy_gbps;
     so.verbose = !o.json;
@@ -196,6 +201,12 @@ int main(int argc, char** argv) {
             65536);
   flags.Int("sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size (elements)",
             4096, int64_t{1} << 40);
+  flags.Int(
+      "buffer-count", &o.buffer_count,
+      "offload_optimizer.buffer_count: pinned sub-group buffers (reads ahead, writes in flight)", 1,
+      64);
+  flags.String("trace", &o.trace,
+               "Chrome trace of the overlapped engine: <trace>.<size>.json (default: none)");
   flags.Double("clip", &o.clip,
                "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
   flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);

@@ -55,6 +55,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
                {"offload_optimizer",
                 {{"device", "nvme"},
                  {"nvme_path", swap_dir},
+                 {"buffer_count", o.buffer_count},
                  {"pipeline_read", s.overlapped},
                  {"pipeline_write", s.overlapped}}}};
   json c = {{"train_micro_batch_size_per_gpu", o.batch},
@@ -67,6 +68,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
               {"overlap_step", s.overlapped}}}};
+  if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   return c.dump();
 }
 

@@ -23,9 +23,11 @@ struct SizeOptions {
   // gradient_clipping (0: none). A clip that triggers makes the overlapped step speculative: it
   // rolls back and runs serially (engine/step_overlap.h), so the default measures the exact case.
   double clip = 0.0;
-  std::string dir;         // swap files go under dir/<name>/{overlapped,serial}
-  double memcpy_gbps = 0;  // measured once by the caller
-  bool verbose = true;     // progress lines on stderr
+  std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
+  double memcpy_gbps = 0;    // measured once by the caller
+  bool verbose = true;       // progress lines on stderr
+  std::string trace;         // strata.trace_path of the overlapped engine ("" = none)
+  int64_t buffer_count = 4;  // offload_optimizer.buffer_count (pinned sub-group buffers)
 };
 
 // Runs the size; the JSON has the step times (every round and the medians), the bound and its

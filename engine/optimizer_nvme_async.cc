@@ -1,0 +1,273 @@
+// NvmeOptimizerState's asynchronous path (engine/optimizer_nvme.h): sub-group states read ahead
+// into the swapper's pinned buffers and written back with the writes left in flight.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "engine/optimizer_nvme.h"
+#include "engine/trace.h"
+
+namespace strata {
+namespace {
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
+
+bool Contains(std::span<const int> v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+Status NvmeOptimizerState::EnsureSlots() {
+  if (!slots_.empty()) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(swapper_->PrepareBuffers().WithContext("offload_optimizer nvme"));
+  slots_.assign(static_cast<size_t>(swapper_->num_buffers()), Slot{});
+  slot_of_.assign(groups_.size(), -1);
+  return Status::Ok();
+}
+
+bool NvmeOptimizerState::async_busy() const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [](const Slot& s) { return s.state != Slot::State::kFree; });
+}
+
+NvmeOptimizerState::AsyncStats NvmeOptimizerState::TakeAsyncStats() {
+  AsyncStats s = async_stats_;
+  async_stats_ = AsyncStats();
+  return s;
+}
+
+void NvmeOptimizerState::FreeSlot(size_t k) {
+  Slot& s = slots_[k];
+  if (s.sg >= 0) slot_of_[static_cast<size_t>(s.sg)] = -1;
+  s = Slot{};
+}
+
+Status NvmeOptimizerState::Settle(size_t k, bool block) {
+  Slot& s = slots_[k];
+  if (s.state != Slot::State::kReading && s.state != Slot::State::kWriting) return Status::Ok();
+  if (!block && !s.io.ready()) return Status::Ok();
+  const double t = NowMs();
+  Status st = s.io.Wait();  // a read's checksums are verified here
+  if (block) async_stats_.wait_ms += NowMs() - t;
+  const bool read = s.state == Slot::State::kReading;
+  const int i = s.sg;
+  if (!st.ok()) {
+    FreeSlot(k);
+    return read ? st.WithContext("offload_optimizer nvme: read sub-group " + std::to_string(i))
+                : st.WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i) +
+                                 " (left in flight; its state on NVMe is torn until it is "
+                                 "written again)");
+  }
+  s.state = Slot::State::kValid;  // a completed write leaves the buffer equal to NVMe
+  s.io = SwapFuture();
+  return Status::Ok();
+}
+
+int NvmeOptimizerState::FindVictim(std::span<const int> keep) const {
+  int valid = -1;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    const Slot& s = slots_[k];
+    if (s.state == Slot::State::kFree) return static_cast<int>(k);
+    if (valid < 0 && s.state == Slot::State::kValid && !Contains(keep, s.sg)) {
+      valid = static_cast<int>(k);
+    }
+  }
+  return valid;
+}
+
+void NvmeOptimizerState::StartRead(int i, size_t k) {
+  FreeSlot(k);
+  Slot& s = slots_[k];
+  s.sg = i;
+  slot_of_[static_cast<size_t>(i)] = static_cast<int>(k);
+  const int idx = swap_index_[static_cast<size_t>(i)];
+  if (!written_[static_cast<size_t>(i)]) {  // never on NVMe: zeros (PrepareSubGroupSteps)
+    const OptimizerSwapper::StateView v = swapper_->BufferState(idx, static_cast<int>(k));
+    const size_t n = Numel(groups_[static_cast<size_t>(i)]) * sizeof(float);
+    std::memset(v.params, 0, n);
+    std::memset(v.exp_avg, 0, n);
+    std::memset(v.exp_avg_sq, 0, n);
+    s.state = Slot::State::kValid;
+    return;
+  }
+  s.io = swapper_->ReadAsync(idx, static_cast<int>(k));
+  s.state = Slot::State::kReading;
+  s.seq = ++io_seq_;
+  async_stats_.bytes_read += swapper_->state_bytes(idx);
+}
+
+Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_helps) {
+  *waiting_helps = false;
+  STRATA_RETURN_IF_ERROR(EnsureSlots());
+  Status first;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Status s = Settle(k, false);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  STRATA_RETURN_IF_ERROR(first);
+  const std::span<const int> window = wanted.first(std::min(wanted.size(), slots_.size()));
+  bool in_flight = false;
+  for (const Slot& s : slots_) {
+    in_flight |= s.state == Slot::State::kReading || s.state == Slot::State::kWriting;
+  }
+  for (const int w : window) {
+    if (swap_index_[static_cast<size_t>(w)] < 0) continue;  // empty
+    const int at = slot_of_[static_cast<size_t>(w)];
+    if (at >= 0) {
+      if (slots_[static_cast<size_t>(at)].state != Slot::State::kValid) *waiting_helps = true;
+      continue;
+    }
+    const int k = FindVictim(window);
+    if (k < 0) {
+      *waiting_helps |= in_flight;
+      break;
+    }
+    StartRead(w, static_cast<size_t>(k));
+    in_flight = true;
+  }
+  return Status::Ok();
+}
+
+Result<bool> NvmeOptimizerState::WaitOldestIo() {
+  int oldest = -1;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    const Slot& s = slots_[k];
+    if (s.state != Slot::State::kReading && s.state != Slot::State::kWriting) continue;
+    if (oldest < 0 || s.seq < slots_[static_cast<size_t>(oldest)].seq) oldest = static_cast<int>(k);
+  }
+  if (oldest < 0) return false;
+  STRATA_RETURN_IF_ERROR(Settle(static_cast<size_t>(oldest), true));
+  return true;
+}
+
+Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
+                                                                     std::span<const int> keep,
+                                                                     bool need_contents) {
+  if (i < 0 || i >= num_sub_groups() || swap_index_[static_cast<size_t>(i)] < 0) {
+    return InvalidArgumentError("nvme optimizer state: no non-empty sub-group " +
+                                std::to_string(i) + " (there are " +
+                                std::to_string(num_sub_groups()) + ")");
+  }
+  STRATA_RETURN_IF_ERROR(EnsureSlots());
+  const int idx = swap_index_[static_cast<size_t>(i)];
+  while (true) {
+    const int at = slot_of_[static_cast<size_t>(i)];
+    if (at >= 0) {
+      // A read in flight, or the write of the last update: wait; the buffer is then current.
+      STRATA_RETURN_IF_ERROR(Settle(static_cast<size_t>(at), true));
+      return swapper_->BufferState(idx, at);
+    }
+    int k = FindVictim(keep);
+    if (k < 0) {  // every slot is busy with I/O or holds a kept sub-group
+      STRATA_ASSIGN_OR_RETURN(bool waited, WaitOldestIo());
+      if (waited) continue;
+      // All valid and kept (keep larger than the slots): take one that is not i.
+      for (size_t j = 0; j < slots_.size() && k < 0; ++j) {
+        if (slots_[j].sg != i) k = static_cast<int>(j);
+      }
+      if (k < 0)
+        return InternalError("nvme optimizer state: no slot for sub-group " + std::to_string(i));
+    }
+    if (need_contents) {
+      StartRead(i, static_cast<size_t>(k));
+      continue;  // waits for it above
+    }
+    FreeSlot(static_cast<size_t>(k));
+    Slot& s = slots_[static_cast<size_t>(k)];
+    s.sg = i;
+    s.state = Slot::State::kValid;
+    slot_of_[static_cast<size_t>(i)] = k;
+    return swapper_->BufferState(idx, k);
+  }
+}
+
+Status NvmeOptimizerState::WriteBack(int i) {
+  const int at =
+      i >= 0 && i < num_sub_groups() && !slot_of_.empty() ? slot_of_[static_cast<size_t>(i)] : -1;
+  if (at < 0 || slots_[static_cast<size_t>(at)].state != Slot::State::kValid) {
+    return FailedPreconditionError("nvme optimizer state: WriteBack of sub-group " +
+                                   std::to_string(i) + " without its state acquired");
+  }
+  Slot& s = slots_[static_cast<size_t>(at)];
+  const int idx = swap_index_[static_cast<size_t>(i)];
+  s.io = swapper_->WriteAsync(idx, at);  // checksums taken here, on this thread
+  s.state = Slot::State::kWriting;
+  s.seq = ++io_seq_;
+  written_[static_cast<size_t>(i)] = true;
+  async_stats_.bytes_written += swapper_->state_bytes(idx);
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::DrainAsync() {
+  if (drain_hook_) drain_hook_();
+  Status first;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Slot& s = slots_[k];
+    if (s.state == Slot::State::kReading) {
+      s.io.Wait().IgnoreError();  // dropped: its error does not matter
+    } else if (s.state == Slot::State::kWriting) {
+      Status w = Settle(k, true);
+      if (!w.ok() && first.ok()) first = w;
+    }
+    FreeSlot(k);
+  }
+  return first;
+}
+
+Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float grad_scale,
+                                     void* param_copy, DType copy_dtype,
+                                     const std::vector<char>& skip) {
+  TraceSpan span(tracer_, "optimizer step (nvme)", "optimizer");  // as Step's
+  swapper_stepped_ = false;
+  sg_bytes_read_ = sg_bytes_written_ = 0;
+  sg_wait_ms_ = sg_update_ms_ = 0;
+  STRATA_RETURN_IF_ERROR(PrepareSubGroupSteps());
+  STRATA_RETURN_IF_ERROR(EnsureSlots());
+  TakeAsyncStats();  // not this step's (the overlapped step took its worker's)
+  // The states already in a slot first (read ahead, or the write of an early update), then the
+  // rest in order.
+  std::vector<int> todo;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (skip[i] == 0 && swap_index_[i] >= 0 && slot_of_[i] >= 0)
+      todo.push_back(static_cast<int>(i));
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (skip[i] == 0 && swap_index_[i] >= 0 && slot_of_[i] < 0) todo.push_back(static_cast<int>(i));
+  }
+  Status s;
+  for (size_t k = 0; k < todo.size() && s.ok(); ++k) {
+    const int i = todo[k];
+    const std::span<const int> rest(todo.data() + k, todo.size() - k);
+    const std::span<const int> window = rest.first(std::min(rest.size(), slots_.size()));
+    bool helps = false;
+    s = ReadAhead(window, &helps);  // the next reads in flight during this update
+    if (!s.ok()) break;
+    Result<OptimizerSwapper::StateView> v = AcquireState(i, window, true);
+    if (!v.ok()) {
+      s = v.status();
+      break;
+    }
+    const double t = NowMs();
+    s = UpdateSubGroup(i, step, hp, grad_scale, v->params, v->exp_avg, v->exp_avg_sq, param_copy,
+                       copy_dtype);
+    if (s.ok()) s = WriteBack(i);
+    sg_update_ms_ += NowMs() - t;
+  }
+  const AsyncStats st = TakeAsyncStats();
+  sg_bytes_read_ = st.bytes_read;
+  sg_bytes_written_ = st.bytes_written;
+  sg_wait_ms_ = st.wait_ms;
+  span.AddArg("async", 1);
+  span.AddArg("wait_ms", sg_wait_ms_);
+  span.AddArg("update_ms", sg_update_ms_);
+  if (!s.ok()) return s.WithContext("offload_optimizer nvme step " + std::to_string(step));
+  return Status::Ok();
+}
+
+}  // namespace strata
