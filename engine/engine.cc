@@ -129,7 +129,9 @@ Status Engine::Place(const EngineInit& init) {
       PartitionLayout::Create(numels, im.part_world, partitioned ? comm_.rank() : 0, kAlignNumel));
 
   STRATA_ASSIGN_OR_RETURN(im.compute, device_.CreateStream());
-  STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream());
+  // The comm stream at the device's most urgent priority (CUDA clamps -2^16 to the top of its
+  // range; HostDevice ignores it): its collectives free gradient buckets and gate the step.
+  STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream(StreamOptions{.priority = -(1 << 16)}));
 
   // Full parameters and fp32 gradient slots, one flat device buffer each (stages 0-2; stage 3
   // gathers parameters and makes gradient slots per module, engine/zero3_hooks.h).
@@ -184,6 +186,7 @@ Status Engine::Place(const EngineInit& init) {
     im.cpu_bytes += im.nvme_opt->cpu_bytes();
     im.nvme_opt->set_tracer(im.tracer.get());
     im.host_opt = true;
+    im.grads_to_host = z.stage >= 2;
   } else {
     OptimizerStateOptions oo;
     STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
@@ -193,8 +196,12 @@ Status Engine::Place(const EngineInit& init) {
     // Partial offload (ratio < 1): the first sub-groups step on the device, on their gradients
     // in place in the device gradient partition (engine/partial_offload.h).
     oo.device_numel = PartialOffloadSplit(z, im.sub_groups);
+    // Stages 2-3 reduce the CPU sub-groups' gradients straight into host memory: the device
+    // gradient partition is then only the device sub-groups' [0, split).
+    im.grads_to_host = z.stage >= 2 && oo.tier == Tier::kCpu;
     if (oo.device_numel > 0) {
-      STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
+      const size_t dev_numel = im.grads_to_host ? oo.device_numel : layout_.partition_numel();
+      STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, dev_numel * sizeof(float),
                                             "gradient partition (fp32)", &im.grad_partition_dev));
       oo.device_grad = static_cast<float*>(im.grad_partition_dev);
     }
@@ -210,13 +217,18 @@ Status Engine::Place(const EngineInit& init) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
     im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;  // never NVMe: refused above
   } else {
-    if (im.grad_partition_dev == nullptr) {
+    if (im.grads_to_host) {  // engine/grad_reducer.h: Note [Reducing into host memory]
+      im.host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->host_grad();
+      im.host_grad_begin = opt_ != nullptr ? opt_->device_numel() : 0;
+    } else if (im.grad_partition_dev == nullptr) {
       STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, layout_.partition_numel() * sizeof(float),
                                             "gradient partition (fp32)", &im.grad_partition_dev));
     }
-    im.grad_partition = im.grad_partition_dev;
-    STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
-                                      layout_.partition_numel()));
+    im.grad_partition = im.grad_partition_dev;  // null when every gradient goes to the host
+    if (im.grad_partition != nullptr) {
+      STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
+                                        im.DeviceGradNumel(layout_.partition_numel())));
+    }
     if (im.shards_on_host && im.shards != nullptr) {
       im.param_copy = im.shards;
     } else {
@@ -306,6 +318,7 @@ Status Engine::Forward(const nn::TokenBatch& micro_batch) {
     STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(im.compute));
+    STRATA_RETURN_IF_ERROR(BeginStepReadAhead());  // strata.overlap_step, NVMe state
     STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
     STRATA_RETURN_IF_ERROR(end.Record(im.compute));
     im.forward_events.emplace_back(std::move(begin), std::move(end));

@@ -19,8 +19,10 @@
 //   stage 2   as 1, and gradients are reduce-scattered into the fp32 partition after each
 //             micro-batch's backward (the full gradient slots are zeroed after).
 //   offload_optimizer.device = cpu: master + moments + fp32 gradient partition in pinned CPU
-//             memory; the partition's gradients go D2H once per step, CPU Adam updates it, and the
-//             compute-dtype result goes H2D once.
+//             memory; the partition's gradients go D2H once per step (stage 1; stages 2-3 add
+//             each reduced shard straight into the pinned partition, with no device gradient
+//             partition: engine/grad_reducer.h), CPU Adam updates it, and the compute-dtype
+//             result goes H2D once.
 //   stage 3   as 2, but between uses only this rank's compute-dtype shard of each parameter
 //             lives (device, or pinned CPU with offload_param.device = cpu); module hooks
 //             (engine/zero3_hooks.h) gather a module's parameters around its forward/backward
@@ -169,6 +171,7 @@ class Engine {
   // strata.overlap_step (engine_overlap.cc): made at Place; armed before the boundary backward.
   Status PlaceStepOverlap();
   Status BeginOverlappedBackward();
+  Status BeginStepReadAhead();  // NVMe: from the boundary micro-batch's Forward
   Status ZeroGradients();
   Status WriteBackParameters();
   // Elements of the fp32 master partition to / from host memory, whatever holds it (the

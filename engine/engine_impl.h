@@ -57,6 +57,14 @@ struct Engine::Impl {
   // Where the reduced gradient partition is accumulated (device memory: the optimizer's own
   // array on the device tier, grad_partition_dev on the cpu tier).
   void* grad_partition = nullptr;
+  // Stages 2-3 with offload_optimizer cpu/nvme: the reducer adds the reduced gradients of flat
+  // elements [host_grad_begin, n) straight into host_grad (the optimizer's pinned array) and the
+  // device gradient partition holds only [0, host_grad_begin) (partial offload; none otherwise).
+  bool grads_to_host = false;
+  float* host_grad = nullptr;
+  size_t host_grad_begin = 0;
+  // Elements of grad_partition (device): the partition's `n`, or [0, host_grad_begin).
+  size_t DeviceGradNumel(size_t n) const { return grads_to_host ? host_grad_begin : n; }
   // Where the optimizer writes the updated compute-dtype partition (host-addressable).
   void* param_copy = nullptr;
   std::unique_ptr<PinnedPool> staging_pool;

@@ -19,7 +19,8 @@ Status Engine::PlaceStepOverlap() {
   o.device = &device_;
   o.layout = &layout_;
   o.sub_groups = im.sub_groups;
-  o.device_grad = static_cast<const float*>(im.grad_partition);
+  // Null when the reducer adds the host part's gradients into host_grad itself.
+  o.device_grad = im.grads_to_host ? nullptr : static_cast<const float*>(im.grad_partition);
   if (im.nvme_opt != nullptr) {
     o.nvme_opt = im.nvme_opt.get();
     o.host_grad = im.nvme_opt->grad();
@@ -56,6 +57,14 @@ Status Engine::BeginOverlappedBackward() {
   a.speculative = config_.training.gradient_clipping > 0 || config_.fp16.enabled ||
                   config_.bf16.check_grad_overflow;
   return im.overlap->Begin(a);
+}
+
+Status Engine::BeginStepReadAhead() {
+  Impl& im = *impl_;
+  if (im.overlap == nullptr || im.nvme_opt == nullptr) return Status::Ok();
+  const int64_t gas = std::max<int64_t>(1, config_.batch.gradient_accumulation_steps);
+  if ((stats_.micro_steps + 1) % gas != 0) return Status::Ok();  // not the boundary
+  return im.overlap->StartReadAhead();
 }
 
 int64_t Engine::overlapped_sub_groups() const {

@@ -99,7 +99,8 @@ Status Engine::Step() {
   im.forward_events.clear();
   im.backward_events.clear();
   if (im.step_begin_ms >= 0) im.breakdown.total_ms = t1 - im.step_begin_ms;
-  if (im.store != nullptr) im.store->AddTo(&im.breakdown);  // offload_param nvme: its I/O
+  // Stage 3's parameter traffic: the store's NVMe I/O and the gathers' H2D shard copies.
+  if (im.hooks != nullptr) im.hooks->AddTo(&im.breakdown);
   im.last_breakdown = im.breakdown;
   im.breakdown = StepBreakdown{};
   im.step_begin_ms = -1;
@@ -124,7 +125,7 @@ Status Engine::ApplyStep() {
     // them and copies the rest (engine/step_overlap.h).
     TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
     STRATA_RETURN_IF_ERROR(im.overlap->Finish(im.compute, &b));
-  } else if (im.host_opt) {  // the gradient partition crosses the link once
+  } else if (im.host_opt && !im.grads_to_host) {  // the gradient partition crosses the link once
     TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
     // Partial offload: only the CPU sub-groups' [split, n); the device ones step in place.
     const size_t split = opt_ != nullptr ? opt_->device_numel() : 0;
@@ -137,6 +138,11 @@ Status Engine::ApplyStep() {
     b.d2h_bytes += (n - split) * sizeof(float);
   }
   STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
+  // Stages 2-3 with the optimizer offloaded: the reducer's D2H copies of this step's micro-batches
+  // (the gradients went to host memory during backward; the compute stream waited for them).
+  if (im.grads_to_host && im.reducer != nullptr) im.reducer->TakeCopyStats(&b);
+  // strata.overlap_step with NVMe: the read-ahead stops; its states serve the step below.
+  if (im.overlap != nullptr) STRATA_RETURN_IF_ERROR(im.overlap->StopReadAhead(&b));
   NvmeOptimizerState* nvme = im.nvme_opt.get();
   ++stats_.global_steps;
 
@@ -230,8 +236,10 @@ Status Engine::ZeroGradients() {
   } else if (opt_->tier() == Tier::kCpu) {
     opt_->ZeroGrad();
   }
-  STRATA_RETURN_IF_ERROR(
-      LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f, layout_.partition_numel()));
+  if (im.grad_partition != nullptr) {  // the host part (grads_to_host) was zeroed above
+    STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
+                                      im.DeviceGradNumel(layout_.partition_numel())));
+  }
   if (im.grads_flat != nullptr) {  // stage 3 has no full slots between backward passes
     STRATA_RETURN_IF_ERROR(
         LaunchFill(im.compute, im.grads_flat, DType::kFloat32, 0.0f, im.full_numel));

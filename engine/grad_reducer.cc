@@ -8,13 +8,45 @@
 
 namespace strata {
 
+namespace {
+constexpr size_t kMaxTimedCopies = 4096;  // timing event pairs kept between two steps
+}  // namespace
+
+// Note [Reducing into host memory]
+// With a host target each reduced shard (recv_, device memory, reused by the next reduce) is
+// copied D2H on the stream that ran the reduce into one of kGradStagingBuffers pinned staging
+// buffers, in chunks of at most staging_numel elements; a host function on the reducer's own
+// add stream, after an event on the reduce stream, adds the chunk into host_partition (+=, fp32,
+// element by element: the device add computes a + 1.0f * b, the same bits). Before a staging
+// buffer is reused the reduce stream waits for its previous add, so the ring never overwrites a
+// chunk not yet added, while the next reduce-scatter and D2H go on during an add. Adds run in
+// enqueue order on one stream, so each element gets its += in the order the device add would
+// (gradient accumulation keeps accumulating on the host). Flush makes the compute stream wait for
+// the add stream; the engine's step synchronizes it before reading the host array, and the
+// overlapped step's listener gets the add stream (its event follows the add).
+
+size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world) {
+  const size_t largest = std::max<size_t>(max_shard_numel, 1);
+  if (bucket_numel == 0) return largest;
+  const size_t w = static_cast<size_t>(std::max(world, 1));
+  const size_t bucket_shard = std::max((bucket_numel + w - 1) / w, kGradStagingMinNumel);
+  return std::min(largest, bucket_shard);
+}
+
 Result<std::unique_ptr<GradReducer>> GradReducer::Create(const GradReducerOptions& options) {
+  const bool host = options.host_partition != nullptr;
+  const bool needs_device = !host || options.host_begin > 0;
   if (options.comm == nullptr || options.device == nullptr || options.layout == nullptr ||
-      options.partition == nullptr || !options.compute.valid() ||
+      (needs_device && options.partition == nullptr) || !options.compute.valid() ||
       (options.overlap && !options.comm_stream.valid())) {
     return InvalidArgumentError(
         "gradient reducer: communicator, device, streams, layout and "
         "partition are required");
+  }
+  if (host && options.host_begin > options.layout->partition_numel()) {
+    return InvalidArgumentError("gradient reducer: host_begin " +
+                                std::to_string(options.host_begin) + " past the partition (" +
+                                std::to_string(options.layout->partition_numel()) + " elements)");
   }
   std::unique_ptr<GradReducer> r(new GradReducer(options));
   size_t max_shard = 1;
@@ -30,19 +62,88 @@ Result<std::unique_ptr<GradReducer>> GradReducer::Create(const GradReducerOption
   eo.timing = false;
   STRATA_ASSIGN_OR_RETURN(r->compute_done_, options.device->CreateEvent(eo));
   STRATA_ASSIGN_OR_RETURN(r->comm_done_, options.device->CreateEvent(eo));
+  if (host) STRATA_RETURN_IF_ERROR(r->InitHostTarget());
   return r;
+}
+
+Status GradReducer::InitHostTarget() {
+  size_t max_shard = 1;
+  for (const ShardSlice& s : o_.layout->slices()) max_shard = std::max(max_shard, s.shard_numel);
+  staging_numel_ = GradStagingNumel(max_shard, o_.bucket_numel, o_.layout->world());
+  PinnedPoolOptions po;
+  po.buffer_bytes = staging_numel_ * sizeof(float);
+  po.buffer_count = kGradStagingBuffers;
+  po.lock = o_.pin_memory;
+  po.device = o_.device;
+  po.budget = o_.budget;
+  po.name = "gradient staging (reduce -> host)";
+  STRATA_ASSIGN_OR_RETURN(staging_pool_, PinnedPool::Create(po));
+  for (size_t i = 0; i < kGradStagingBuffers; ++i) staging_.push_back(staging_pool_->Acquire());
+  EventOptions eo;
+  eo.timing = false;
+  for (size_t i = 0; i < kGradStagingBuffers; ++i) {
+    STRATA_ASSIGN_OR_RETURN(Event c, o_.device->CreateEvent(eo));
+    STRATA_ASSIGN_OR_RETURN(Event a, o_.device->CreateEvent(eo));
+    copied_.push_back(std::move(c));
+    added_.push_back(std::move(a));
+  }
+  STRATA_ASSIGN_OR_RETURN(add_done_, o_.device->CreateEvent(eo));
+  STRATA_ASSIGN_OR_RETURN(add_stream_, o_.device->CreateStream());
+  return Status::Ok();
 }
 
 GradReducer::~GradReducer() {
   if (o_.overlap) o_.comm_stream.Synchronize().IgnoreError();
   o_.compute.Synchronize().IgnoreError();
+  if (add_stream_.valid()) o_.device->DestroyStream(add_stream_).IgnoreError();
+  staging_.clear();  // the leases go back before the pool
   if (recv_ != nullptr) o_.device->Free(recv_).IgnoreError();
+}
+
+uint64_t GradReducer::cpu_bytes() const {
+  return staging_pool_ != nullptr ? staging_pool_->buffer_bytes() * staging_pool_->buffer_count()
+                                  : 0;
 }
 
 Status GradReducer::Ready(size_t param, float* slot) {
   queue_.emplace_back(param, slot);
   queued_numel_ += o_.layout->slices()[param].numel;
   if (queued_numel_ >= o_.bucket_numel) return ReduceBucket();
+  return Status::Ok();
+}
+
+Status GradReducer::AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, size_t hi) {
+  const float* recv = static_cast<const float*>(recv_);
+  for (size_t off = lo; off < hi; off += staging_numel_) {
+    const size_t n = std::min(staging_numel_, hi - off);
+    const size_t k = next_staging_;
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    float* stage = static_cast<float*>(staging_[k].data());
+    float* dst = o_.host_partition + (sl.flat_offset + off - o_.host_begin);
+    STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // the buffer's previous chunk is added
+    // Timed by a pair of events (made on the first step, reused after; bytes only past the cap).
+    std::pair<Event, Event>* timing = nullptr;
+    if (copy_events_used_ < kMaxTimedCopies) {
+      if (copy_events_used_ == copy_events_.size()) {
+        STRATA_ASSIGN_OR_RETURN(Event b, o_.device->CreateEvent());
+        STRATA_ASSIGN_OR_RETURN(Event e, o_.device->CreateEvent());
+        copy_events_.emplace_back(std::move(b), std::move(e));
+      }
+      timing = &copy_events_[copy_events_used_++];
+    }
+    if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
+    STRATA_RETURN_IF_ERROR(
+        s.CopyAsync(stage, recv + off, n * sizeof(float), CopyKind::kDeviceToHost));
+    if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
+    STRATA_RETURN_IF_ERROR(copied_[k].Record(s));
+    copy_bytes_ += n * sizeof(float);
+    STRATA_RETURN_IF_ERROR(add_stream_.Wait(copied_[k]));
+    STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([dst, stage, n] {
+      for (size_t i = 0; i < n; ++i) dst[i] += stage[i];
+    }));
+    STRATA_RETURN_IF_ERROR(added_[k].Record(add_stream_));
+    add_pending_ = true;
+  }
   return Status::Ok();
 }
 
@@ -54,16 +155,27 @@ Status GradReducer::ReduceBucket() {
     STRATA_RETURN_IF_ERROR(s.Wait(compute_done_));
     comm_pending_ = true;
   }
+  const bool host = o_.host_partition != nullptr;
   for (const auto& [param, slot] : queue_) {
     const ShardSlice& sl = o_.layout->slices()[param];
-    float* dst = o_.partition + sl.flat_offset;
     STRATA_RETURN_IF_ERROR(
         o_.comm->ReduceScatter(s, slot, recv_, sl.numel, DType::kFloat32, {}, nullptr)
             .WithContext("reduce-scatter of parameter " + std::to_string(param)));
-    STRATA_RETURN_IF_ERROR(
-        LaunchAdd(s, dst, DType::kFloat32, dst, recv_, DType::kFloat32, 1.0f, sl.shard_numel));
+    // [0, dev_end) of the shard goes to the device partition, [dev_end, shard_numel) to the host.
+    const size_t dev_end =
+        !host ? sl.shard_numel
+              : std::min(sl.shard_numel,
+                         o_.host_begin > sl.flat_offset ? o_.host_begin - sl.flat_offset : 0);
+    if (dev_end > 0) {
+      float* dst = o_.partition + sl.flat_offset;
+      STRATA_RETURN_IF_ERROR(
+          LaunchAdd(s, dst, DType::kFloat32, dst, recv_, DType::kFloat32, 1.0f, dev_end));
+    }
+    if (dev_end < sl.shard_numel) STRATA_RETURN_IF_ERROR(AddToHost(s, sl, dev_end, sl.shard_numel));
     if (o_.slot_done) STRATA_RETURN_IF_ERROR(o_.slot_done(s, param, slot));
-    if (reduced_fn_) STRATA_RETURN_IF_ERROR(reduced_fn_(s, param));
+    if (reduced_fn_) {
+      STRATA_RETURN_IF_ERROR(reduced_fn_(dev_end < sl.shard_numel ? add_stream_ : s, param));
+    }
     ++reduced_;
   }
   ++buckets_;
@@ -79,7 +191,22 @@ Status GradReducer::Flush() {
     STRATA_RETURN_IF_ERROR(o_.compute.Wait(comm_done_));
     comm_pending_ = false;
   }
+  if (add_pending_) {  // and the host part's adds
+    STRATA_RETURN_IF_ERROR(add_done_.Record(add_stream_));
+    STRATA_RETURN_IF_ERROR(o_.compute.Wait(add_done_));
+    add_pending_ = false;
+  }
   return Status::Ok();
+}
+
+void GradReducer::TakeCopyStats(StepBreakdown* b) {
+  for (size_t i = 0; i < copy_events_used_; ++i) {
+    const auto& [begin, end] = copy_events_[i];
+    if (Result<float> ms = Event::ElapsedMs(begin, end); ms.ok()) b->d2h_ms += *ms;
+  }
+  b->d2h_bytes += copy_bytes_;
+  copy_events_used_ = 0;
+  copy_bytes_ = 0;
 }
 
 }  // namespace strata

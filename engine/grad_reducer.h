@@ -12,6 +12,11 @@
 // one add per parameter, in the same order), so results are bitwise equal with and without
 // overlap and for any bucket size.
 //
+// The partition may be split between the device and pinned host memory (Note [Reducing into
+// host memory]): flat elements [0, host_begin) live in `partition` (device), [host_begin, n) in
+// `host_partition` — with the optimizer offloaded (cpu / nvme) at stages 2-3 there is then no
+// device copy of the host part at all, as DeepSpeed's stage 3 with offload keeps none.
+//
 // Thread safety: one thread (the engine's) drives it.
 #pragma once
 
@@ -25,7 +30,10 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/partition.h"
+#include "engine/step_breakdown.h"
 #include "offload/device/device.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_budget.h"
 
 namespace strata {
 
@@ -33,7 +41,15 @@ namespace strata {
 using SlotDoneFn = std::function<Status(const Stream& stream, size_t param, float* slot)>;
 // Called after parameter `param`'s shard was added into the partition: work enqueued on `stream`
 // afterwards sees its reduced range (engine/step_overlap.h counts a sub-group's ready slices).
+// For a parameter in the host part `stream` is the reducer's host-add stream.
 using ReducedFn = std::function<Status(const Stream& stream, size_t param)>;
+
+// Pinned staging buffers of the host target: how many, and the elements of each — one bucket's
+// shard (ceil(bucket_numel / world), at least kGradStagingMinNumel), never more than the largest
+// shard; the largest shard when bucket_numel is 0. The memory plan uses the same figures.
+inline constexpr size_t kGradStagingBuffers = 2;
+inline constexpr size_t kGradStagingMinNumel = 4096;
+size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world);
 
 struct GradReducerOptions {
   Communicator* comm = nullptr;
@@ -43,13 +59,23 @@ struct GradReducerOptions {
   bool overlap = false;     // zero_optimization.overlap_comm
   size_t bucket_numel = 0;  // zero_optimization.reduce_bucket_size; 0 = every slot alone
   const PartitionLayout* layout = nullptr;
-  float* partition = nullptr;  // device: this rank's fp32 gradient partition (+= target)
+  // Device: flat elements [0, host_begin) of this rank's fp32 gradient partition (+= target);
+  // may be null when host_begin is 0.
+  float* partition = nullptr;
+  // Host memory: flat element f in [host_begin, partition_numel) is host_partition[f -
+  // host_begin] (+= target). Null: everything goes to `partition` (host_begin is ignored).
+  float* host_partition = nullptr;
+  size_t host_begin = 0;
+  // The host target's staging buffers: page-locked if pin_memory, charged to `budget` if set.
+  bool pin_memory = true;
+  TierBudget* budget = nullptr;
   SlotDoneFn slot_done;
 };
 
 class GradReducer {
  public:
-  // Allocates the shard-sized receive buffer and the events. OutOfMemory naming the buffer.
+  // Allocates the shard-sized receive buffer and the events; with a host target also the pinned
+  // staging buffers and the host-add stream. OutOfMemory naming the buffer.
   static Result<std::unique_ptr<GradReducer>> Create(const GradReducerOptions& options);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
@@ -58,18 +84,31 @@ class GradReducer {
   // Parameter `param`'s slot (numel fp32 elements, device memory) is complete as of the work
   // enqueued on the compute stream so far.
   Status Ready(size_t param, float* slot);
-  // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result.
+  // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result
+  // (the host part's adds included).
   Status Flush();
 
   // Optional listener (set between backward passes); called for each parameter in reduce order.
   void set_reduced_fn(ReducedFn fn) { reduced_fn_ = std::move(fn); }
 
+  // The D2H copies into the staging buffers since the last call: adds their bytes and device
+  // time to b->d2h_bytes / d2h_ms. Call after the streams are synchronized (the step); copies
+  // not complete yet are counted in bytes only.
+  void TakeCopyStats(StepBreakdown* b);
+
   uint64_t reduced_count() const { return reduced_; }
   uint64_t bucket_count() const { return buckets_; }
+  // Pinned bytes of the staging buffers (0 without a host target).
+  uint64_t cpu_bytes() const;
+  size_t staging_numel() const { return staging_numel_; }
 
  private:
   explicit GradReducer(const GradReducerOptions& o) : o_(o) {}
   Status ReduceBucket();
+  Status InitHostTarget();
+  // recv_[lo, hi) of parameter slice `sl` (flat [flat_offset + lo, ...)) into host_partition,
+  // through the staging ring; `s` ran the reduce.
+  Status AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, size_t hi);
 
   GradReducerOptions o_;
   ReducedFn reduced_fn_;
@@ -79,6 +118,20 @@ class GradReducer {
   size_t queued_numel_ = 0;
   uint64_t reduced_ = 0, buckets_ = 0;
   bool comm_pending_ = false;
+
+  // Host target (Note [Reducing into host memory] in grad_reducer.cc).
+  size_t staging_numel_ = 0;
+  std::unique_ptr<PinnedPool> staging_pool_;
+  std::vector<PinnedBuffer> staging_;
+  Stream add_stream_;
+  std::vector<Event> copied_, added_;  // per staging buffer: D2H done, host add done
+  Event add_done_;                     // the add stream's last work (Flush)
+  size_t next_staging_ = 0;
+  bool add_pending_ = false;
+  // Timing events around each D2H (reused every step), and the bytes copied since TakeCopyStats.
+  std::vector<std::pair<Event, Event>> copy_events_;
+  size_t copy_events_used_ = 0;
+  uint64_t copy_bytes_ = 0;
 };
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/units.h"
+#include "engine/grad_reducer.h"
 #include "engine/partial_offload.h"
 #include "engine/partition.h"
 
@@ -249,12 +250,26 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
 
   // fp32 master + moments + gradient partition, and where updated parameters are staged.
   const uint64_t cpu_part = part - split;
+  // Stages 2-3 with the optimizer offloaded reduce the CPU part's gradients straight into the
+  // pinned host array through staging buffers (engine/grad_reducer.h): the device gradient
+  // partition keeps only the device sub-groups' [0, split).
+  const bool grads_to_host = z.stage >= 2 && od != OffloadDevice::kNone;
+  if (grads_to_host) {
+    const uint64_t staging = GradStagingNumel(
+        max_shard, static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 0)), part_world);
+    p.Add(opt_pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu,
+          "gradient staging (reduce -> host, " + std::to_string(kGradStagingBuffers) + " buffers)",
+          kGradStagingBuffers * PinnedAlloc(staging * 4));
+  }
+  const uint64_t device_grad = grads_to_host ? split : part;
   switch (od) {
     case OffloadDevice::kNone:
       p.Device("fp32 master + moments + gradient partition", 16 * part);
       break;
     case OffloadDevice::kCpu:
-      p.Device("fp32 gradient partition", part * 4);
+      p.Device(split > 0 && grads_to_host ? "fp32 gradient partition (device sub-groups)"
+                                          : "fp32 gradient partition",
+               device_grad * 4);
       p.Pinned("fp32 master + moments + gradients (offload_optimizer cpu)", 16 * cpu_part, opt_pin);
       if (split > 0) {
         p.Device("fp32 master + moments of the device sub-groups (ratio)", 12 * split);
@@ -267,7 +282,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         largest_group = std::max<uint64_t>(largest_group, g.flat_end - g.flat_begin);
         swap += SwapExtentBytes(g.flat_end - g.flat_begin);
       }
-      p.Device("fp32 gradient partition", part * 4);
+      p.Device("fp32 gradient partition", device_grad * 4);
       p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
       p.Pinned("optimizer swap buffers (buffer_count x largest sub-group)",
                static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
@@ -316,7 +331,16 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     if (z.stage == 3) t.collective_bytes += gas * 2 * part * cb * (w - 1);  // fwd + bwd gathers
   }
   if (od != OffloadDevice::kNone) {
-    t.device_to_host_bytes += (part - split) * 4;
+    if (grads_to_host) {  // each micro-batch's reduced shards of the CPU part
+      uint64_t host_shards = 0;
+      for (const ShardSlice& s : layout.slices()) {
+        const uint64_t end = s.flat_offset + s.shard_numel;
+        if (end > split) host_shards += end - std::max<uint64_t>(s.flat_offset, split);
+      }
+      t.device_to_host_bytes += gas * host_shards * 4;
+    } else {
+      t.device_to_host_bytes += (part - split) * 4;
+    }
     t.host_to_device_bytes += (part - split) * cb;
   }
   if (od == OffloadDevice::kNvme) {

@@ -19,10 +19,17 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   ro.bucket_numel = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 0));
   ro.layout = &layout;
   ro.partition = static_cast<float*>(grad_partition);
+  if (grads_to_host) {  // offload_optimizer cpu/nvme: straight into the pinned host gradients
+    ro.host_partition = host_grad;
+    ro.host_begin = host_grad_begin;
+    ro.pin_memory = z.offload_optimizer.pin_memory;
+    ro.budget = budget;
+  }
   ro.slot_done = [this](const Stream& s, size_t param, float* slot) {
     return hooks->SlotDone(s, param, slot);
   };
   STRATA_ASSIGN_OR_RETURN(reducer, GradReducer::Create(ro));
+  cpu_bytes += reducer->cpu_bytes();  // its pinned staging buffers
   ZeroHooksOptions ho;
   ho.comm = &comm;
   ho.device = &device;

@@ -4,13 +4,20 @@
 //   scale [--json] [--dir DIR] [--steps 3] [--seq 16] [--dtype bf16|fp32] [--cpu-budget 16G]
 //         [--hidden 2048 --layers 32 --heads 32 --intermediate 5632 --vocab 32000]
 //         [--sub-group-size 50000000] [--link-gbps 25] [--threads 2] [--check-disk-only]
+//         [--max-live-parameters 100000000] [--reduce-bucket-size 20000000]
+//         [--max-in-cpu 50000000]
+//         [--param-buffer-size 0] [--param-buffer-count 4] [--opt-buffer-count 2]
 //
 // The default model is a Llama of 1.78B parameters (TinyLlama's width, 32 layers): 16 B/param of
 // model state is 28 GB, more than the 24 GiB of RAM here. Stage 3, offload_optimizer nvme
 // (pipelined) and offload_param nvme (pinned CPU when the engine refuses nvme; the output says
 // so), batch 1 and a short sequence so a step takes a minute or two, the same batch every step so
 // the loss must go down. The CPU tier runs under a TierBudget limited to --cpu-budget (also
-// written as strata.pinned_memory_limit), and the process's peak RSS is held against it.
+// written as strata.pinned_memory_limit), and the process's peak RSS is held against it: on the
+// host-emulated device that counts pinned + pageable CPU memory and the device arena (host RAM),
+// so the device is sized like a GPU's share (stage3_max_live_parameters, reduce_bucket_size) and
+// only max_in_cpu elements of bf16 shards stay in RAM; with the optimizer offloaded the reduced
+// gradients go straight to the pinned partition (no device fp32 gradient partition).
 //
 // Before placing anything it plans the run (engine/memory_plan.h) and checks the swap
 // directory's free space (statvfs) against the planned NVMe bytes + 10% + 1 GiB: if short it says
@@ -20,6 +27,7 @@
 #include <sys/statvfs.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +59,11 @@ struct Options {
   int64_t steps = 3, seq = 16, threads = 2;
   int64_t hidden = 2048, layers = 32, heads = 32, intermediate = 5632, vocab = 32000;
   int64_t sub_group_size = 50000000;
+  // What a GPU's share looks like (DeepSpeed's defaults assume a large GPU and lots of RAM):
+  // parameters gathered at once, the reduce bucket, bf16 shards kept in RAM with offload_param
+  // nvme, the parameter swap buffers (0: the largest parameter), the optimizer swap buffers.
+  int64_t max_live = 100000000, bucket = 20000000, max_in_cpu = 50000000;
+  int64_t param_buffer_size = 0, param_buffers = 4, opt_buffers = 2;
   uint64_t cpu_budget = uint64_t{16} << 30;
   double link_gbps = 25.0;
 };
@@ -60,7 +73,12 @@ double Gib(uint64_t b) { return static_cast<double>(b) / static_cast<double>(uin
 std::string ConfigJson(const Options& o, const std::string& param_device, const std::string& dir,
                        uint64_t device_bytes) {
   json param = {{"device", param_device}};
-  if (param_device == "nvme") param["nvme_path"] = dir;
+  if (param_device == "nvme") {
+    param["nvme_path"] = dir;
+    param["max_in_cpu"] = o.max_in_cpu;
+    param["buffer_count"] = o.param_buffers;
+    param["buffer_size"] = o.param_buffer_size;
+  }
   json c = {{"train_micro_batch_size_per_gpu", 1},
             {"gradient_accumulation_steps", 1},
             {"gradient_clipping", 1.0},
@@ -69,10 +87,14 @@ std::string ConfigJson(const Options& o, const std::string& param_device, const 
             {"zero_optimization",
              {{"stage", 3},
               {"sub_group_size", o.sub_group_size},
+              {"reduce_bucket_size", o.bucket},
+              {"stage3_prefetch_bucket_size", o.bucket},
+              {"stage3_max_live_parameters", o.max_live},
               {"offload_param", param},
               {"offload_optimizer",
                {{"device", "nvme"},
                 {"nvme_path", dir},
+                {"buffer_count", o.opt_buffers},
                 {"pipeline_read", true},
                 {"pipeline_write", true}}}}},
             {"strata",
@@ -93,7 +115,7 @@ Result<MemoryPlan> Plan(const Options& o, const llama::LlamaConfig& mc, const st
   return cli::PlanTrainRun(mc, c, 1, 0, o.seq);
 }
 
-int Run(const Options& o) {
+int Run(Options o) {
   namespace fs = std::filesystem;
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
@@ -105,6 +127,10 @@ int Run(const Options& o) {
   mc.num_attention_heads = mc.num_key_value_heads = o.heads;
   mc.intermediate_size = o.intermediate;
   mc.vocab_size = o.vocab;
+  if (o.param_buffer_size == 0) {  // one buffer holds the largest parameter
+    o.param_buffer_size =
+        std::max({o.vocab * o.hidden, o.intermediate * o.hidden, o.hidden * o.hidden});
+  }
   const std::string dir = o.dir.empty() ? "scale-swap" : o.dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -135,6 +161,19 @@ int Run(const Options& o) {
                 Gib(need), dir.c_str(), Gib(plan->bytes(PlanTier::kNvme)), Gib(free_bytes));
   if (free_bytes < need) Die(2, std::string("not enough disk: ") + line);
   if (!o.json) std::printf("scale: %s\n", line);
+  // On the host-emulated device the device arena is process memory: the RAM this run needs is
+  // the plan's device + pinned + pageable bytes, all of it counted by the peak RSS.
+  const uint64_t planned_ram = plan->bytes(PlanTier::kDevice) + plan->bytes(PlanTier::kPinnedCpu) +
+                               plan->bytes(PlanTier::kPageableCpu);
+  if (!o.json) {
+    std::printf(
+        "scale: planned RAM %.2f GiB = device %.2f (emulated: host RAM) + pinned %.2f + pageable "
+        "%.2f; budget %.2f GiB%s\n",
+        Gib(planned_ram), Gib(plan->bytes(PlanTier::kDevice)),
+        Gib(plan->bytes(PlanTier::kPinnedCpu)), Gib(plan->bytes(PlanTier::kPageableCpu)),
+        Gib(o.cpu_budget), planned_ram > o.cpu_budget ? " (OVER: the peak RSS will be too)" : "");
+    std::fflush(stdout);
+  }
   if (o.check_disk_only) return 0;
 
   TierBudget budget({TierBudget::kUnlimited, o.cpu_budget, TierBudget::kUnlimited});
@@ -200,6 +239,10 @@ int Run(const Options& o) {
   out["rss_at_start_bytes"] = base.rss_bytes;
   out["cpu_budget_bytes"] = o.cpu_budget;
   out["rss_under_budget"] = peak_rss <= o.cpu_budget;
+  out["rss_counts"] =
+      "pinned + pageable CPU memory and the emulated device's memory (host RAM on the "
+      "host-emulated device)";
+  out["planned_ram_bytes"] = planned_ram;
   out["pinned_peak_bytes"] = cpu.peak_bytes;
   out["device_memory_bytes"] = device_bytes;
   out["device_peak_bytes"] = run->device().MemoryStats().peak_bytes;
@@ -218,6 +261,14 @@ int Run(const Options& o) {
                           {"pinned_cpu", run->plan().bytes(PlanTier::kPinnedCpu)},
                           {"pageable_cpu", run->plan().bytes(PlanTier::kPageableCpu)},
                           {"nvme", run->plan().bytes(PlanTier::kNvme)}};
+  out["zero"] = {{"stage3_max_live_parameters", o.max_live},
+                 {"reduce_bucket_size", o.bucket},
+                 {"stage3_prefetch_bucket_size", o.bucket},
+                 {"sub_group_size", o.sub_group_size},
+                 {"offload_param.max_in_cpu", o.max_in_cpu},
+                 {"offload_param.buffer_count", o.param_buffers},
+                 {"offload_param.buffer_size", o.param_buffer_size},
+                 {"offload_optimizer.buffer_count", o.opt_buffers}};
   out["breakdowns"] = breakdowns;
   run.reset();
   fs::remove_all(dir, ec);
@@ -225,9 +276,10 @@ int Run(const Options& o) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf(
-        "scale: loss %.4f -> %.4f, peak RSS %.2f GiB (budget %.2f GiB, %s), nvme per step r %.2f "
-        "GiB w %.2f GiB (planned r %.2f w %.2f)\n",
-        losses.front(), losses.back(), Gib(peak_rss), Gib(o.cpu_budget),
+        "scale: loss %.4f -> %.4f, peak RSS %.2f GiB (pinned + pageable + the emulated device's "
+        "memory; planned %.2f; budget %.2f GiB, %s), nvme per step r %.2f GiB w %.2f GiB "
+        "(planned r %.2f w %.2f)\n",
+        losses.front(), losses.back(), Gib(peak_rss), Gib(planned_ram), Gib(o.cpu_budget),
         peak_rss <= o.cpu_budget ? "under" : "OVER", Gib(last.nvme_read_bytes),
         Gib(last.nvme_write_bytes), Gib(planned.nvme_read_bytes), Gib(planned.nvme_write_bytes));
   }
@@ -254,6 +306,17 @@ int main(int argc, char** argv) {
   flags.Int("vocab", &o.vocab, "vocabulary size", 256, 1 << 20);
   flags.Int("sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size (elements)",
             4096, int64_t{1} << 40);
+  flags.Int("max-live-parameters", &o.max_live, "zero_optimization.stage3_max_live_parameters", 1,
+            int64_t{1} << 40);
+  flags.Int("reduce-bucket-size", &o.bucket,
+            "zero_optimization.reduce_bucket_size and stage3_prefetch_bucket_size (elements)", 1,
+            int64_t{1} << 40);
+  flags.Int("max-in-cpu", &o.max_in_cpu, "offload_param.max_in_cpu (elements kept in RAM)", 0,
+            int64_t{1} << 40);
+  flags.Int("param-buffer-size", &o.param_buffer_size,
+            "offload_param.buffer_size (elements; 0: the largest parameter)", 0, int64_t{1} << 40);
+  flags.Int("param-buffer-count", &o.param_buffers, "offload_param.buffer_count", 1, 64);
+  flags.Int("opt-buffer-count", &o.opt_buffers, "offload_optimizer.buffer_count", 1, 64);
   flags.Double("link-gbps", &o.link_gbps, "emulated host<->device link, GB/s (0: unpaced)");
   flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
   flags.Bool("check-disk-only", &o.check_disk_only, "plan, check the disk, and stop");
