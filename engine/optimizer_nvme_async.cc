@@ -61,8 +61,8 @@ Status NvmeOptimizerState::Settle(size_t k, bool block) {
     FreeSlot(k);
     return read ? st.WithContext("offload_optimizer nvme: read sub-group " + std::to_string(i))
                 : st.WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i) +
-                                 " (left in flight; its state on NVMe is torn until it is "
-                                 "written again)");
+                                 " (left in flight; its state on NVMe is torn and the updated "
+                                 "copy is dropped: resume from the last checkpoint)");
   }
   s.state = Slot::State::kValid;  // a completed write leaves the buffer equal to NVMe
   s.io = SwapFuture();

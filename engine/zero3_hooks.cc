@@ -9,6 +9,10 @@
 
 namespace strata {
 
+namespace {
+constexpr size_t kMaxTimedH2d = 4096;  // timing event pairs kept between two steps
+}  // namespace
+
 Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const ZeroHooksOptions& o) {
   if (o.comm == nullptr || o.device == nullptr || o.layout == nullptr || o.reducer == nullptr ||
       (o.partition_params && o.store == nullptr)) {
@@ -113,7 +117,7 @@ Status ZeroHooks::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
 }
 
 Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {
-  (void)ctx;  // everything goes on the engine's compute stream, which ctx.stream is
+  (void)ctx;  // gathers go on the gather stream, the rest on the compute stream (= ctx.stream)
   const std::vector<size_t>& used = ParamsOf(module);
   if (used.empty()) return Status::Ok();
   if (o_.partition_params && !in_pass_) STRATA_RETURN_IF_ERROR(BeginPass());
@@ -231,7 +235,9 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
     uint8_t* slot = static_cast<uint8_t*>(st.full) + s.param_offset * cbytes;
     const size_t h2d = s.valid_numel * cbytes;
     std::pair<Event, Event> timing;
-    if (on_gather && h2d > 0) {
+    // Timed copies are collected at the step (AddTo); a loop of forwards without a step (eval)
+    // times only the first kMaxTimedH2d, so the event pairs stay bounded.
+    if (on_gather && h2d > 0 && h2d_events_.size() < kMaxTimedH2d) {
       STRATA_ASSIGN_OR_RETURN(timing.first, TimingEvent());
       STRATA_ASSIGN_OR_RETURN(timing.second, TimingEvent());
       STRATA_RETURN_IF_ERROR(timing.first.Record(g));
