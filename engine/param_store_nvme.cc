@@ -103,7 +103,13 @@ class NvmeParamStore final : public ParamStore {
       if (!s.written) continue;  // nothing on NVMe yet: Acquire zero-fills
       const ParamId id = static_cast<ParamId>(i);
       Status st = swapper_->SwapIn({&id, 1});
-      while (st.code() == StatusCode::kOutOfMemory && ReclaimCompleted()) {
+      while (st.code() == StatusCode::kOutOfMemory) {
+        if (!ReclaimCompleted()) {
+          if (writing_.empty()) break;
+          // The last step's write-back left writes in flight holding the buffers: finish the
+          // oldest (it has had the longest; its error, if any, is the step's to report).
+          STRATA_RETURN_IF_ERROR(FlushOne(writing_.front()));
+        }
         st = swapper_->SwapIn({&id, 1});
       }
       // Prefetch is best effort: with the buffers full of shards still in use it stops issuing
@@ -386,7 +392,7 @@ class NvmeParamStore final : public ParamStore {
   }
 
   // Copies `count` elements from `src` into shard `param` at element `offset` and starts writing
-  // the shard (waited by FlushWrites).
+  // the shard (finished by FlushOne: from Acquire, MakeRoom, Prefetch, Write or Drain).
   Status WriteOne(size_t param, size_t offset, size_t count, const uint8_t* src) {
     Slot& s = slots_[param];
     const ParamId id = static_cast<ParamId>(param);
