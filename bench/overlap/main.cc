@@ -66,6 +66,7 @@ struct Options {
   int64_t seq_balanced = 128, seq_io = 16, seq_compute = 512;
   int64_t sub_group_size = 4000000;
   double clip = 0.0;
+  bool no_checksums = false;
   std::string trace;
   int64_t buffer_count = 4;
 };
@@ -132,6 +133,7 @@ int Run(const Options& o) {
     so.state_over_device = o.state_over_device;
     so.sub_group_size = o.sub_group_size;
     so.clip = o.clip;
+    so.checksums = !o.no_checksums;
     so.buffer_count = o.buffer_count;
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
     so.dir = dir;
@@ -209,6 +211,8 @@ int main(int argc, char** argv) {
                "Chrome trace of the overlapped engine: <trace>.<size>.json (default: none)");
   flags.Double("clip", &o.clip,
                "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
+  flags.Bool("no-checksums", &o.no_checksums,
+             "strata.swap_checksums false (measures what the swap checksums cost)");
   flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
   std::vector<std::string> positional;
   strata::Status s = flags.Parse(argc, argv, 1, &positional);

@@ -67,7 +67,8 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
             {"strata",
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
-              {"overlap_step", s.overlapped}}}};
+              {"overlap_step", s.overlapped},
+              {"swap_checksums", o.checksums}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   return c.dump();
 }
@@ -207,6 +208,7 @@ Result<json> RunSize(const SizeOptions& o) {
   json j;
   j["seq"] = o.seq;
   j["gradient_clipping"] = o.clip;
+  j["swap_checksums"] = o.checksums;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;

@@ -23,6 +23,9 @@ struct SizeOptions {
   // gradient_clipping (0: none). A clip that triggers makes the overlapped step speculative: it
   // rolls back and runs serially (engine/step_overlap.h), so the default measures the exact case.
   double clip = 0.0;
+  // strata.swap_checksums (XXH3 per block on every swap write and read; costs CPU the bound's
+  // CPU term does not count). Off only to measure that cost.
+  bool checksums = true;
   std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
   double memcpy_gbps = 0;    // measured once by the caller
   bool verbose = true;       // progress lines on stderr
