@@ -11,11 +11,11 @@
 
 #include "core/units.h"
 #include "engine/trace.h"
+#include "offload/device/optimizer_kernels.h"
 
 namespace strata {
 namespace {
 
-constexpr size_t kNormChunk = 4096;  // as engine/optimizer_state.cc: the same bits
 constexpr char kPathKey[] = "zero_optimization.offload_optimizer.nvme_path";
 
 size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
@@ -151,20 +151,18 @@ uint64_t NvmeOptimizerState::cpu_bytes() const {
 }
 
 double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
-  // The chunks' sums in parallel, added in order: the same bits as the sequential loop.
+  // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
+  // parallel, added in order: the same bits as the sequential loop.
   if (end <= begin) return 0;
-  const size_t chunks = (end - begin + kNormChunk - 1) / kNormChunk;
-  std::vector<double> sums(chunks);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks, 64), [&](const auto& r) {
+  norm_sums_.resize(SquaredNormChunks(end - begin));
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, norm_sums_.size(), 64), [&](const auto& r) {
     for (size_t k = r.begin(); k != r.end(); ++k) {
-      const size_t c = begin + k * kNormChunk, stop = std::min(end, c + kNormChunk);
-      double chunk = 0;
-      for (size_t i = c; i < stop; ++i) chunk += double(grad_[i]) * double(grad_[i]);
-      sums[k] = chunk;
+      const size_t c = begin + k * kSquaredNormChunk;
+      norm_sums_[k] = SquaredNormChunk(grad_ + c, std::min(end - c, kSquaredNormChunk));
     }
   });
   double total = 0;
-  for (const double s : sums) total += s;
+  for (const double s : norm_sums_) total += s;
   return total;
 }
 

@@ -250,6 +250,8 @@ class NvmeOptimizerState {
   bool stage_dirty_ = false;
   uint64_t stage_budget_bytes_ = 0;
   Tracer* tracer_ = nullptr;
+  // GradSquaredNorm's per-chunk partial sums (kept: no allocation per step).
+  mutable std::vector<double> norm_sums_;
   // StepExcept's per-sub-group NVMe bytes, and whether the last step went through the swapper
   // (AddTo then adds its figures).
   uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;
