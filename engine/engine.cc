@@ -101,9 +101,10 @@ Status Engine::Place(const EngineInit& init) {
   im.tracer = std::make_unique<Tracer>(config_.strata.trace_path, comm_.rank());
   im.compute_track = im.tracer->Track("stream compute");
   // aio threads and Adam workers record into it (core/trace.h: Note [The current tracer]); it
-  // uninstalls itself when destroyed. No-op when strata.trace_path is unset.
+  // uninstalls itself when destroyed. Without strata.trace_path nothing is installed (an engine
+  // that does not trace leaves another engine's tracer in place: bench/overlap runs two).
   im.tracer->NameThisThread("engine");
-  SetCurrentTracer(im.tracer.get());
+  if (im.tracer->enabled()) SetCurrentTracer(im.tracer.get());
 
   // Fit check: what this placement needs per tier against the device's free memory and the
   // CPU budget, before anything is allocated (OutOfMemory with the per-tier table).

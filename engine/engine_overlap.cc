@@ -36,6 +36,8 @@ Status Engine::PlaceStepOverlap() {
   im.reducer->set_reduced_fn([overlap = im.overlap.get()](const Stream& s, size_t param) {
     return overlap->OnReduced(s, param);
   });
+  im.reducer->set_flush_hint(
+      [overlap = im.overlap.get()](size_t param) { return overlap->CompletesSubGroup(param); });
   return Status::Ok();
 }
 

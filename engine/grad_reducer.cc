@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/trace.h"
 #include "core/units.h"
 #include "offload/device/kernels.h"
 
@@ -108,7 +109,8 @@ uint64_t GradReducer::cpu_bytes() const {
 Status GradReducer::Ready(size_t param, float* slot) {
   queue_.emplace_back(param, slot);
   queued_numel_ += o_.layout->slices()[param].numel;
-  if (queued_numel_ >= o_.bucket_numel) return ReduceBucket();
+  const bool hint = flush_hint_ && flush_hint_(param);  // asked for every parameter
+  if (queued_numel_ >= o_.bucket_numel || hint) return ReduceBucket();
   return Status::Ok();
 }
 
@@ -139,6 +141,9 @@ Status GradReducer::AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, 
     copy_bytes_ += n * sizeof(float);
     STRATA_RETURN_IF_ERROR(add_stream_.Wait(copied_[k]));
     STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([dst, stage, n] {
+      Tracer* t = CurrentTracer();
+      if (t != nullptr) t->NameThisThreadIfUnnamed("stream grad add");
+      TraceSpan span(t, "host grad add", "copy");
       for (size_t i = 0; i < n; ++i) dst[i] += stage[i];
     }));
     STRATA_RETURN_IF_ERROR(added_[k].Record(add_stream_));

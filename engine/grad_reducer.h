@@ -90,6 +90,11 @@ class GradReducer {
 
   // Optional listener (set between backward passes); called for each parameter in reduce order.
   void set_reduced_fn(ReducedFn fn) { reduced_fn_ = std::move(fn); }
+  // Optional: asked in Ready after `param` is queued; true reduces the queue at once instead of
+  // waiting for the bucket to fill (the overlapped step: a parameter that completes a sub-group,
+  // so its update starts as soon as backward has produced its gradients). Only the bucket
+  // boundaries move: every parameter is reduced the same way, so the same bits.
+  void set_flush_hint(std::function<bool(size_t param)> fn) { flush_hint_ = std::move(fn); }
 
   // The D2H copies into the staging buffers since the last call: adds their bytes and device
   // time to b->d2h_bytes / d2h_ms. Call after the streams are synchronized (the step); copies
@@ -112,6 +117,7 @@ class GradReducer {
 
   GradReducerOptions o_;
   ReducedFn reduced_fn_;
+  std::function<bool(size_t)> flush_hint_;
   void* recv_ = nullptr;  // one shard, fp32
   Event compute_done_, comm_done_;
   std::vector<std::pair<size_t, float*>> queue_;

@@ -106,6 +106,7 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
     remaining_[g] = o_.sub_groups[g].end_slice - o_.sub_groups[g].first_slice;
   }
+  unqueued_ = remaining_;
   copied_.assign(o_.sub_groups.size(), 0);
   kept_bytes_ = 0;
   pushed_expected_ = 0;
@@ -188,6 +189,12 @@ Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   copied_[g] = 1;
   ++pushed_expected_;
   return Status::Ok();
+}
+
+bool StepOverlap::CompletesSubGroup(size_t param) {
+  if (!active_ || param >= group_of_slice_.size()) return false;
+  const size_t g = group_of_slice_[param];
+  return unqueued_[g] != 0 && --unqueued_[g] == 0 && eligible_[g];
 }
 
 void StepOverlap::Push(size_t g) {

@@ -131,6 +131,9 @@ class StepOverlap {
   Status Begin(const OverlapStepArgs& args);
   // The reducer's ReducedFn: parameter `param`'s range is reduced as of `stream`'s work so far.
   Status OnReduced(const Stream& stream, size_t param);
+  // The reducer's flush hint: `param`'s gradient is complete (queued for reduction); true when
+  // it is the last of an eligible sub-group's this backward, so the bucket is reduced now.
+  bool CompletesSubGroup(size_t param);
   // The engine finished enqueuing the boundary backward (sub-groups done before count as early).
   void EndBackward() { backward_ended_.store(true); }
   bool active() const { return active_; }
@@ -181,6 +184,7 @@ class StepOverlap {
   bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
   std::vector<size_t> remaining_;  // unreduced slices per sub-group
+  std::vector<size_t> unqueued_;   // slices per sub-group not yet queued for reduction
   std::vector<char> copied_;       // D2H enqueued here
   uint64_t kept_bytes_ = 0;
   uint64_t pushed_expected_ = 0;
