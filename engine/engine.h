@@ -160,6 +160,9 @@ class Engine {
   // thread while a backward runs), and of those the ones finished before Backward returned.
   int64_t overlapped_sub_groups() const;
   int64_t early_sub_groups() const;
+  // Sub-groups whose stage-3 parameters (offload_param nvme) the overlapped step wrote back
+  // before the step's own write-back (cumulative).
+  int64_t early_param_write_backs() const;
 
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
@@ -173,7 +176,9 @@ class Engine {
   Status BeginOverlappedBackward();
   Status BeginStepReadAhead();  // NVMe: from the boundary micro-batch's Forward
   Status ZeroGradients();
-  Status WriteBackParameters();
+  // Writes the updated parameters back (stage 3: into the store, skipping the sub-groups marked in
+  // `written`; stages 1-2: H2D and all-gather).
+  Status WriteBackParameters(const std::vector<char>& written);
   // Elements of the fp32 master partition to / from host memory, whatever holds it (the
   // optimizer state on any tier, or NVMe).
   Status ReadMaster(size_t flat_begin, std::span<float> out);

@@ -31,6 +31,10 @@ Status Engine::PlaceStepOverlap() {
   }
   o.param_copy = im.param_copy;
   o.copy_dtype = compute_dtype_;
+  // Stage 3, shards on NVMe (no flat array): written back per sub-group by the worker.
+  if (im.store != nullptr && im.shards == nullptr && im.param_copy != nullptr) {
+    o.param_store = im.store.get();
+  }
   o.tracer = im.tracer.get();
   STRATA_ASSIGN_OR_RETURN(im.overlap, StepOverlap::Create(std::move(o)));
   im.reducer->set_reduced_fn([overlap = im.overlap.get()](const Stream& s, size_t param) {
@@ -71,6 +75,10 @@ Status Engine::BeginStepReadAhead() {
 
 int64_t Engine::overlapped_sub_groups() const {
   return impl_->overlap != nullptr ? impl_->overlap->overlapped_sub_groups() : 0;
+}
+
+int64_t Engine::early_param_write_backs() const {
+  return impl_->overlap != nullptr ? impl_->overlap->early_param_write_backs() : 0;
 }
 
 int64_t Engine::early_sub_groups() const {

@@ -222,7 +222,8 @@ Status Engine::ApplyStep() {
       if (im.host_opt) Lap(t, &b.cpu_adam_ms);
     }
   }
-  STRATA_RETURN_IF_ERROR(WriteBackParameters());
+  STRATA_RETURN_IF_ERROR(WriteBackParameters(im.overlap != nullptr ? im.overlap->TakeParamsWritten()
+                                                                   : std::vector<char>()));
   STRATA_RETURN_IF_ERROR(ZeroGradients());
   STRATA_RETURN_IF_ERROR(scaler_.Update(false));
   stats_.loss_scale = scaler_.scale();
@@ -247,13 +248,30 @@ Status Engine::ZeroGradients() {
   return im.compute.Synchronize();
 }
 
-Status Engine::WriteBackParameters() {
+Status Engine::WriteBackParameters(const std::vector<char>& written) {
   Impl& im = *impl_;
   const size_t cbytes = DTypeBytes(compute_dtype_);
   if (im.store != nullptr && im.shards == nullptr) {  // shards without a flat array (NVMe)
     TraceSpan span(im.tracer.get(), im.compute_track, "write param shards", "copy");
-    STRATA_RETURN_IF_ERROR(
-        im.store->Write(0, im.param_copy, layout_.partition_numel(), im.compute));
+    // The sub-groups whose parameters the overlapped step wrote back during backward
+    // (StepOverlapOptions::param_store) are skipped; the rest go in runs of consecutive ones.
+    const bool early = written.size() == im.sub_groups.size();
+    const auto* src = static_cast<const uint8_t*>(im.param_copy);
+    size_t run_begin = 0, run_end = 0;  // flat range not written yet
+    for (size_t k = 0; k <= im.sub_groups.size(); ++k) {
+      const bool skip = k == im.sub_groups.size() || (early && written[k] != 0);
+      if (!skip) {
+        const SubGroup& g = im.sub_groups[k];
+        if (run_end != g.flat_begin) run_begin = g.flat_begin;
+        run_end = g.flat_end;
+        continue;
+      }
+      if (run_end > run_begin) {
+        STRATA_RETURN_IF_ERROR(
+            im.store->Write(run_begin, src + run_begin * cbytes, run_end - run_begin, im.compute));
+      }
+      run_begin = run_end = 0;
+    }
   } else if (im.host_opt && !im.shards_on_host) {
     TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
     const double t = NowMs();

@@ -88,6 +88,8 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
   STRATA_RETURN_IF_ERROR(optimizer.AddGroup(options.hyperparams).status());
   std::unique_ptr<NvmeOptimizerState> s(new NvmeOptimizerState(options, std::move(optimizer)));
   s->numel_ = numel;
+  s->norm_sums_.assign(SquaredNormChunks(numel), 0.0);
+  s->norm_ready_.assign(s->norm_sums_.size(), 0);
   s->budget_ = budget;
   s->groups_ = sub_groups;
   if (aio == nullptr) {
@@ -150,29 +152,69 @@ uint64_t NvmeOptimizerState::cpu_bytes() const {
   return swapper_->buffer_bytes() + grad_slab_.size() + stage_.size() * sizeof(float);
 }
 
+void NvmeOptimizerState::SumNormChunks(size_t first, size_t last) const {
+  // Chunks are independent: computed in parallel, in runs of those not summed yet.
+  tbb::parallel_for(tbb::blocked_range<size_t>(first, last, 64), [&](const auto& r) {
+    for (size_t k = r.begin(); k < r.end();) {
+      if (norm_ready_[k] != 0) {
+        ++k;
+        continue;
+      }
+      size_t e = k;
+      while (e < r.end() && norm_ready_[e] == 0) ++e;
+      const size_t b = k * kSquaredNormChunk, stop = std::min(numel_, e * kSquaredNormChunk);
+      SquaredNormChunkSums(grad_ + b, stop - b, norm_sums_.data() + k);
+      std::fill(norm_ready_.begin() + static_cast<std::ptrdiff_t>(k),
+                norm_ready_.begin() + static_cast<std::ptrdiff_t>(e), 1);
+      k = e;
+    }
+  });
+}
+
+void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
+  end = std::min(end, numel_);
+  // The chunks wholly inside [begin, end); the last chunk of the partition may be short.
+  const size_t first = (begin + kSquaredNormChunk - 1) / kSquaredNormChunk;
+  const size_t last = end == numel_ ? norm_sums_.size() : end / kSquaredNormChunk;
+  if (first < last) SumNormChunks(first, last);
+}
+
 double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
   // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
   // parallel, added in order: the same bits as the sequential loop.
   if (end <= begin) return 0;
-  norm_sums_.resize(SquaredNormChunks(end - begin));
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, norm_sums_.size(), 64), [&](const auto& r) {
-    for (size_t k = r.begin(); k != r.end(); ++k) {
-      const size_t c = begin + k * kSquaredNormChunk;
-      norm_sums_[k] = SquaredNormChunk(grad_ + c, std::min(end - c, kSquaredNormChunk));
-    }
-  });
   double total = 0;
-  for (const double s : norm_sums_) total += s;
+  if (begin == 0 && end == numel_) {
+    SumNormChunks(0, norm_sums_.size());
+    for (const double s : norm_sums_) total += s;
+    std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
+    return total;
+  }
+  std::vector<double> sums(SquaredNormChunks(end - begin));
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, sums.size(), 64), [&](const auto& r) {
+    const size_t b = begin + r.begin() * kSquaredNormChunk;
+    const size_t stop = std::min(end, begin + r.end() * kSquaredNormChunk);
+    SquaredNormChunkSums(grad_ + b, stop - b, sums.data() + r.begin());
+  });
+  for (const double s : sums) total += s;
   return total;
 }
 
 bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
+  if (begin == 0 && end == numel_) {
+    SumNormChunks(0, norm_sums_.size());  // kept for GradSquaredNorm
+    return std::any_of(norm_sums_.begin(), norm_sums_.end(),
+                       [](double s) { return !std::isfinite(s); });
+  }
   bool bad = false;
   for (size_t i = begin; i < end; ++i) bad |= !std::isfinite(grad_[i]);
   return bad;
 }
 
-void NvmeOptimizerState::ZeroGrad() const { std::memset(grad_, 0, numel_ * sizeof(float)); }
+void NvmeOptimizerState::ZeroGrad() const {
+  std::memset(grad_, 0, numel_ * sizeof(float));
+  std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
+}
 
 int NvmeOptimizerState::SubGroupOf(size_t e) const {
   auto it = std::upper_bound(groups_.begin(), groups_.end(), e,

@@ -105,10 +105,19 @@ class NvmeOptimizerState {
   uint64_t nvme_bytes() const { return 3 * uint64_t{numel_} * sizeof(float); }
   uint64_t cpu_bytes() const;
 
-  // As OptimizerState's (same order of summation, so the same bits).
+  // As OptimizerState's (same order of summation, so the same bits). Over the whole partition
+  // (begin 0, end numel(): the step's calls) they start from the chunk sums
+  // PrecomputeGradChecks took; GradSquaredNorm then forgets them. The overflow check reads the
+  // chunk sums too: a float's square is finite in double, so a chunk's sum is finite exactly
+  // when its elements are (and the norm then reuses them).
   double GradSquaredNorm(size_t begin, size_t end) const;
   bool GradHasNonFinite(size_t begin, size_t end) const;
   void ZeroGrad() const;
+  // The overlapped step's worker, once the gradients of [begin, end) are final for the step:
+  // sums the norm's chunks (Note [Squared-norm order]) that lie inside the range, so the step
+  // only sums the rest. Not concurrent with the calls above, ZeroGrad or another
+  // PrecomputeGradChecks (the worker owns the state between the step's Begin and Finish).
+  void PrecomputeGradChecks(size_t begin, size_t end) const;
 
   // One optimizer update of every sub-group at step number `step` (>= 1) with `hp`, the
   // gradients multiplied by grad_scale first. If param_copy is set (a partition-sized
@@ -250,8 +259,11 @@ class NvmeOptimizerState {
   bool stage_dirty_ = false;
   uint64_t stage_budget_bytes_ = 0;
   Tracer* tracer_ = nullptr;
-  // GradSquaredNorm's per-chunk partial sums (kept: no allocation per step).
+  // The whole partition's norm chunk sums (kept: no allocation per step) and which of them are
+  // this step's (PrecomputeGradChecks, GradHasNonFinite); SumNormChunks fills the rest.
   mutable std::vector<double> norm_sums_;
+  mutable std::vector<char> norm_ready_;
+  void SumNormChunks(size_t first, size_t last) const;  // chunk indices [first, last)
   // StepExcept's per-sub-group NVMe bytes, and whether the last step went through the swapper
   // (AddTo then adds its figures).
   uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;

@@ -88,6 +88,7 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
         "(strata.overlap_step updates the optimizer during the boundary backward; call Step "
         "after it, or set strata.overlap_step false)");
   }
+  params_written_.clear();
   // A speculation that failed last time (clipping triggered, an overflow) most likely fails
   // again: such steps run serially, with a retry every kRetryAfter steps.
   if (args.speculative && rolled_back_ && ++serial_since_rollback_ < kRetryAfter) {
@@ -168,8 +169,34 @@ Status StepOverlap::StopReadAhead(StepBreakdown* b) {
   return error.WithContext("overlapped step: NVMe read-ahead");
 }
 
+Status StepOverlap::WriteBackUpdated() {
+  if (o_.param_store == nullptr || o_.param_copy == nullptr || !active_) return Status::Ok();
+  params_written_.resize(o_.sub_groups.size(), 0);
+  std::vector<size_t> todo;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t g = 0; g < done_.size(); ++g) {
+      if (done_[g] != 0 && params_written_[g] == 0) todo.push_back(g);
+    }
+  }
+  // The worker finished these (done_ under mu_): their param_copy ranges are final unless rolled
+  // back, and their parameters' last backward use has passed.
+  const size_t cbytes = DTypeBytes(o_.copy_dtype);
+  for (const size_t g : todo) {
+    const SubGroup& sg = o_.sub_groups[g];
+    const auto* src = static_cast<const uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes;
+    STRATA_RETURN_IF_ERROR(o_.param_store->Write(sg.flat_begin, src, Numel(g), copy_stream_)
+                               .WithContext("overlapped step: writing back sub-group " +
+                                            std::to_string(g) + "'s parameters"));
+    params_written_[g] = 1;
+    ++param_write_backs_;
+  }
+  return Status::Ok();
+}
+
 Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   if (!active_ || param >= group_of_slice_.size()) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(WriteBackUpdated());
   const size_t g = group_of_slice_[param];
   if (remaining_[g] == 0 || --remaining_[g] != 0 || !eligible_[g]) return Status::Ok();
   if (args_.speculative) {  // the kept copies are bounded; the rest waits for the serial step
@@ -304,6 +331,9 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The next reads go in flight first; then only this sub-group's own read is waited for.
     bool helps = false;
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    // While its read may still be in flight: the norm's and the overflow check's chunk sums of
+    // its (final) gradients, so the step does not sum them after backward.
+    nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     const std::span<const int> keep =
         std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), nvme->num_slots()));
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
@@ -363,6 +393,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
     return InternalError("overlapped step: " + std::to_string(pushed_) + " of " +
                          std::to_string(pushed_expected_) + " sub-groups reached the worker");
   }
+  STRATA_RETURN_IF_ERROR(WriteBackUpdated());
   // The rest of the host part crosses now, as the serial step copies it (unless the reducer
   // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
   if (o_.device_grad == nullptr) return Status::Ok();
@@ -400,6 +431,7 @@ Status StepOverlap::Rollback() {
   if (!active_) return Status::Ok();
   active_ = false;
   rolled_back_ = true;
+  params_written_.clear();  // the step rewrites every sub-group's parameters
   std::vector<char> done;
   std::vector<std::unique_ptr<Kept>> kept;
   {

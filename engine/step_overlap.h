@@ -59,6 +59,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -66,6 +67,7 @@
 #include "cpu_adam/cpu_optimizer.h"
 #include "engine/optimizer_nvme.h"
 #include "engine/optimizer_state.h"
+#include "engine/param_store.h"
 #include "engine/partition.h"
 #include "engine/step_breakdown.h"
 #include "offload/device/device.h"
@@ -91,6 +93,12 @@ struct StepOverlapOptions {
   NvmeOptimizerState* nvme_opt = nullptr;
   void* param_copy = nullptr;  // host-addressable, partition-sized, copy_dtype (may be null)
   DType copy_dtype = DType::kFloat32;
+  // Stage 3 with offload_param nvme (param_copy then set): each sub-group the worker updated is
+  // written from param_copy into the store (ParamStore::Write: copied into its shards' buffers,
+  // NVMe writes started) by the engine's thread, at the next OnReduced or at Finish, so the step
+  // writes back only the rest (params_written()). Not by the worker: the store's writes may wait
+  // for the gather stream, whose all-gathers need the other ranks' engine threads to go on.
+  ParamStore* param_store = nullptr;
   // Bound on the kept copies of a speculative step (master + moments + param_copy range).
   uint64_t copy_limit_bytes = uint64_t{1} << 30;
   Tracer* tracer = nullptr;  // optional: a track "adam overlap" with a span per sub-group
@@ -143,16 +151,24 @@ class StepOverlap {
   // and NVMe bytes to `b`. The first error of the copies or the worker.
   Status Finish(const Stream& stream, StepBreakdown* b);
   // After Finish: if `args` equals what the early updates used, they stand and *done marks the
-  // sub-groups they updated (the serial step skips those); else Rollback and *done is all zero.
-  // Ends the step.
+  // sub-groups they updated (the serial step skips those, and with param_store their parameters
+  // were written back too); else Rollback and *done is all zero (a rolled-back early write is
+  // overwritten by the step's own write-back of every sub-group). Ends the step.
   Status Resolve(const OverlapStepArgs& args, std::vector<char>* done);
   // After Finish: restores every kept copy (the state before the early updates) and ends the
   // step. Internal if an early update had no kept copy (a non-speculative step cannot roll back).
   Status Rollback();
 
+  // After Resolve: the sub-groups whose parameters this step wrote back into param_store (empty
+  // or all zero without one, after a rollback, or when the step was not overlapped); it is
+  // forgotten here, so a later step never skips a write on its account.
+  std::vector<char> TakeParamsWritten() { return std::exchange(params_written_, {}); }
+
   // Sub-groups updated early (cumulative), and of those the ones done before EndBackward.
   int64_t overlapped_sub_groups() const { return overlapped_.load(); }
   int64_t early_sub_groups() const { return early_.load(); }
+  // Sub-groups whose parameters WriteBackUpdated wrote into param_store (cumulative).
+  int64_t early_param_write_backs() const { return param_write_backs_; }
 
  private:
   struct Kept {                 // a speculative sub-group's state before its early update
@@ -169,6 +185,9 @@ class StepOverlap {
   // ready ones, then the rest not updated yet, last first.
   std::vector<int> WantedLocked(int first) const;
   void ResetStepLocked();
+  // Engine thread: writes the parameters of the sub-groups updated since the last call into
+  // param_store (no-op without one).
+  Status WriteBackUpdated();
   // Stops the read-ahead and waits until the worker is idle (the NVMe state's drain hook).
   void PauseWorker();
 
@@ -183,9 +202,11 @@ class StepOverlap {
   bool active_ = false;
   bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
-  std::vector<size_t> remaining_;  // unreduced slices per sub-group
-  std::vector<size_t> unqueued_;   // slices per sub-group not yet queued for reduction
-  std::vector<char> copied_;       // D2H enqueued here
+  std::vector<size_t> remaining_;     // unreduced slices per sub-group
+  std::vector<size_t> unqueued_;      // slices per sub-group not yet queued for reduction
+  std::vector<char> copied_;          // D2H enqueued here
+  std::vector<char> params_written_;  // WriteBackUpdated wrote the sub-group's parameters
+  int64_t param_write_backs_ = 0;
   uint64_t kept_bytes_ = 0;
   uint64_t pushed_expected_ = 0;
   bool rolled_back_ = false;  // the last speculative step was undone

@@ -1,5 +1,6 @@
 #include "offload/device/optimizer_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -144,6 +145,27 @@ double SquaredNormChunk(const float* x, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);  // exact square, one rounding
   return s;
+}
+
+void SquaredNormChunkSums(const float* x, size_t numel, double* partials) {
+  constexpr size_t kC = kSquaredNormChunk;
+  constexpr size_t kLanes = 8;  // chunks summed side by side
+  const size_t full = numel / kC;
+  size_t c = 0;
+  for (; c + kLanes <= full; c += kLanes) {
+    const float* base = x + c * kC;
+    double s[kLanes] = {};
+    for (size_t i = 0; i < kC; ++i) {
+      for (size_t j = 0; j < kLanes; ++j) {
+        const double v = base[j * kC + i];
+        s[j] += v * v;
+      }
+    }
+    for (size_t j = 0; j < kLanes; ++j) partials[c + j] = s[j];
+  }
+  for (const size_t chunks = SquaredNormChunks(numel); c < chunks; ++c) {
+    partials[c] = SquaredNormChunk(x + c * kC, std::min(kC, numel - c * kC));
+  }
 }
 
 }  // namespace strata

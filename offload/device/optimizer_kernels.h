@@ -54,6 +54,10 @@ Status LaunchSquaredNormPartials(const Stream& stream, double* partials, const f
 // The same order on host memory, for one chunk of n <= kSquaredNormChunk elements: what every
 // backend computes per chunk (and what host-side callers use to agree with them bit for bit).
 double SquaredNormChunk(const float* x, size_t n);
+// partials[c] = SquaredNormChunk of chunk c of x[0, numel), for c < SquaredNormChunks(numel): the
+// same bits, several chunks' sums advanced together (independent chains: each chunk is still
+// summed from its first element to its last), so it is not bound by one add's latency.
+void SquaredNormChunkSums(const float* x, size_t numel, double* partials);
 
 // Backend tables (registry.cc picks one by DeviceKind; nullptr if the kind is not built).
 struct OptimizerKernelTable {

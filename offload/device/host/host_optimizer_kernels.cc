@@ -56,13 +56,11 @@ Status SquaredNormPartials(const Stream& stream, double* partials, const float* 
     const NormArgs& a = *p;
     const size_t chunks = SquaredNormChunks(a.numel);
     // Chunks are independent, so the parallel loop changes no bit.
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks, 16),
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks, 64),
                       [&](const tbb::blocked_range<size_t>& r) {
-                        for (size_t c = r.begin(); c != r.end(); ++c) {
-                          const size_t begin = c * kSquaredNormChunk;
-                          const size_t n = std::min(kSquaredNormChunk, a.numel - begin);
-                          a.partials[c] = SquaredNormChunk(a.src + begin, n);
-                        }
+                        const size_t begin = r.begin() * kSquaredNormChunk;
+                        const size_t end = std::min(a.numel, r.end() * kSquaredNormChunk);
+                        SquaredNormChunkSums(a.src + begin, end - begin, a.partials + r.begin());
                       });
     return Status::Ok();
   });

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "tests/cpu_adam/optimizer_problem.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
 
 namespace strata {
 namespace {
@@ -238,6 +240,42 @@ TEST_P(OptimizerKernelsTest, SquaredNormPartialsHaveTheHostLoopsBits) {
     total += got[c];
   }
   EXPECT_NEAR(total, plain, 1e-12 * plain);
+}
+
+// Many chunks (the host sums eight chunks side by side), a short last one, Inf and NaN: each
+// chunk's sum has the bits of a plain left-to-right double loop over that chunk.
+TEST_P(OptimizerKernelsTest, ManyChunksHaveThePlainLoopsBitsOnHostAndBackend) {
+  for (const size_t n : {size_t{37} * kSquaredNormChunk + 555, size_t{16} * kSquaredNormChunk,
+                         size_t{7} * kSquaredNormChunk + 1, size_t{100}}) {
+    std::vector<float> x(n);
+    std::mt19937_64 rng(testing::TestSeed() + n);
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (float& e : x) e = d(rng);
+    if (n > 9 * kSquaredNormChunk) {
+      x[9 * kSquaredNormChunk + 17] = std::numeric_limits<float>::infinity();
+      x[3 * kSquaredNormChunk] = std::numeric_limits<float>::quiet_NaN();
+      x[5 * kSquaredNormChunk + 4] = 3e38f;  // finite: its square is finite in double
+    }
+    const size_t chunks = SquaredNormChunks(n);
+    std::vector<double> want(chunks, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      want[i / kSquaredNormChunk] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    }
+    std::vector<double> host(chunks, -1.0);
+    SquaredNormChunkSums(x.data(), n, host.data());
+    DeviceBuffer src(device_.get(), n * sizeof(float)), partials(device_.get(), chunks * 8);
+    ASSERT_THAT(Upload(src.ptr, x.data(), n * sizeof(float)), IsOk());
+    ASSERT_THAT(LaunchSquaredNormPartials(stream_, static_cast<double*>(partials.ptr), src.f(), n),
+                IsOk());
+    std::vector<double> got(chunks);
+    ASSERT_THAT(Download(got.data(), partials.ptr, chunks * 8), IsOk());
+    for (size_t c = 0; c < chunks; ++c) {
+      EXPECT_EQ(std::memcmp(&host[c], &want[c], sizeof(double)), 0)
+          << "n " << n << " chunk " << c << ": " << host[c] << " vs " << want[c];
+      EXPECT_EQ(std::memcmp(&got[c], &want[c], sizeof(double)), 0)
+          << "n " << n << " chunk " << c << ": " << got[c] << " vs " << want[c];
+    }
+  }
 }
 
 TEST_P(OptimizerKernelsTest, RefusesBadArgumentsNamingThem) {

@@ -28,7 +28,11 @@ std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {
   z += "}";
   if (c.stage == 3) {
     z += ", \"stage3_param_persistence_threshold\": 200, \"offload_param\": {\"device\": \"" +
-         std::string(c.param) + "\", \"pin_memory\": false}";
+         std::string(c.param) + "\", \"pin_memory\": false";
+    if (std::string(c.param) == "nvme") {  // a small max_in_cpu: most shards live on NVMe
+      z += ", \"nvme_path\": \"" + nvme_dir + "/param\", \"max_in_cpu\": 2000";
+    }
+    z += "}";
   }
   return z;
 }
@@ -73,6 +77,7 @@ OverlapRun RunOverlapCase(Communicator& comm, const OverlapCase& c, bool overlap
   }
   if (hooked != nullptr) hooked->RemoveHooksRecursive(options.hooks);
   out.overlapped = e.overlapped_sub_groups();
+  out.param_write_backs = e.early_param_write_backs();
   out.skipped = e.stats().skipped_steps;
   out.sub_groups = static_cast<int64_t>(e.layout().SubGroups(3000).size());
   return out;

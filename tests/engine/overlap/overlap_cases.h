@@ -30,8 +30,9 @@ inline void PrintTo(const OverlapCase& c, std::ostream* os) { *os << OverlapCase
 struct OverlapRun {
   std::vector<std::vector<float>> masters;
   std::vector<float> losses;
-  std::vector<double> norms;  // last_grad_norm after each step
-  int64_t overlapped = 0;     // Engine::overlapped_sub_groups()
+  std::vector<double> norms;      // last_grad_norm after each step
+  int64_t overlapped = 0;         // Engine::overlapped_sub_groups()
+  int64_t param_write_backs = 0;  // Engine::early_param_write_backs()
   int64_t skipped = 0;
   int64_t sub_groups = 0;  // how many sub-groups the partition has
 };
