@@ -159,6 +159,7 @@ class OptimizerState {
   Stream stream_;            // the state's own stream on device_
   void* scratch_ = nullptr;  // device: uint32 non-finite flag, then the norm's double partials
   mutable std::vector<double> host_partials_;
+  mutable std::vector<double> host_norm_sums_;  // GradSquaredNorm: whole host chunks
   mutable uint32_t host_flag_ = 0;
   mutable std::mutex error_mu_;
   mutable Status error_;
