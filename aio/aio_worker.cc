@@ -60,6 +60,19 @@ Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint6
   return Status::Ok();
 }
 
+// Note [Waiting with room]
+// In overlap mode, while pieces are in the kernel and slots are free, the worker waits for a
+// completion only briefly, so that a segment enqueued meanwhile is issued soon. Each such wait
+// that ends with nothing completed doubles the next one, up to kMaxRoomWaitUs; a completion or a
+// new segment brings it back to kMinRoomWaitUs. Polling every 200 us for as long as a piece is
+// out is what it must not do: a write's completion may need a kernel worker (ext4 finishes an
+// O_DIRECT write to fallocated space in a per-CPU kworker of the CPU that took the interrupt),
+// and a thread waking 5000 times a second - with an MPI rank bound to the same CPU busy-polling a
+// collective - kept that kworker off the CPU indefinitely: the write never completed, the rank
+// waited for it forever and its peer waited for the rank (engine_param_nvme_mpi_world2).
+constexpr int64_t kMinRoomWaitUs = 200;
+constexpr int64_t kMaxRoomWaitUs = 16000;
+
 }  // namespace
 
 AioWorker::AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer bounce,
@@ -68,7 +81,8 @@ AioWorker::AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer 
       options_(options),
       engine_(std::move(engine)),
       description_(engine_->Describe()),
-      bounce_(std::move(bounce)) {
+      bounce_(std::move(bounce)),
+      room_wait_us_(kMinRoomWaitUs) {
   const auto qd = static_cast<size_t>(options_.queue_depth);
   slots_.resize(qd);
   for (size_t i = qd; i-- > 0;) free_slots_.push_back(static_cast<int>(i));
@@ -122,7 +136,10 @@ void AioWorker::Run() {
       active_.splice(active_.end(), queue_);
       controls.swap(controls_);
     }
-    if (took) OpenTraceBatch();
+    if (took) {
+      OpenTraceBatch();
+      room_wait_us_ = kMinRoomWaitUs;  // new work: look for more soon (Note [Waiting with room])
+    }
     if (!controls.empty()) RunControls(controls);
     if (!broken_.ok()) {
       for (Segment& seg : active_) Fail(seg, broken_);
@@ -141,15 +158,17 @@ void AioWorker::Run() {
     }
     if (in_kernel > 0) {
       // Lock-step mode waits for the whole batch. Otherwise wait for one completion, but only
-      // briefly while there is room for more: new segments may arrive meanwhile.
+      // for a while when there is room for more: new segments may arrive meanwhile (Note
+      // [Waiting with room]).
       const int min = options_.overlap_events ? 1 : in_kernel;
       const bool room = options_.overlap_events && !free_slots_.empty();
-      auto n = engine_->Reap(completions_, min, room ? 200 : -1);
+      auto n = engine_->Reap(completions_, min, room ? room_wait_us_ : -1);
       if (!n.ok()) {
         OnReapError(n.status());
       } else {
         reap_failures_ = 0;
         for (int i = 0; i < *n; ++i) Complete(completions_[static_cast<size_t>(i)]);
+        room_wait_us_ = *n > 0 ? kMinRoomWaitUs : std::min(room_wait_us_ * 2, kMaxRoomWaitUs);
       }
     }
     FinishSegments();

@@ -104,6 +104,9 @@ class AioWorker {
   std::vector<int> retry_;  // slots to resubmit (EAGAIN, short transfer, partial submit)
   std::vector<IoCompletion> completions_;
   int inflight_ = 0;
+  // Overlap mode: how long the next Reap may wait while there is room for more pieces (Note
+  // [Waiting with room] in aio_worker.cc).
+  int64_t room_wait_us_;
   std::vector<int64_t> latencies_ns_;
   struct TraceBatch {
     Tracer* tracer = nullptr;  // null: no batch open

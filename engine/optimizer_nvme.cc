@@ -462,8 +462,7 @@ Status NvmeOptimizerState::PrepareSubGroupSteps() {
 
 Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams& hp,
                                           float grad_scale, float* master, float* exp_avg,
-                                          float* exp_avg_sq, void* param_copy,
-                                          DType copy_dtype) const {
+                                          float* exp_avg_sq, void* param_copy, DType copy_dtype) {
   if (i < 0 || i >= num_sub_groups()) {
     return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
                                 " (there are " + std::to_string(num_sub_groups()) + ")");
@@ -471,6 +470,16 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
   const SubGroup& g = groups_[static_cast<size_t>(i)];
   const size_t n = Numel(g);
   if (n == 0) return Status::Ok();
+  // The state in its slot: the checksums fused into the update (optimizer_nvme_fused.cc).
+  const int at = slot_of_.empty() ? -1 : slot_of_[static_cast<size_t>(i)];
+  if (at >= 0 && swapper_->checksums() &&
+      slots_[static_cast<size_t>(at)].state == Slot::State::kValid) {
+    const OptimizerSwapper::StateView v =
+        swapper_->BufferState(swap_index_[static_cast<size_t>(i)], at);
+    if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
+      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype);
+    }
+  }
   StepTensors t;
   t.numel = n;
   t.params = master;

@@ -142,9 +142,12 @@ class NvmeOptimizerState {
   // step number and hyperparameters as Step, so the same bits) and written back (WriteBack).
   // WriteSubGroup is the direct, synchronous write (it drains the slots first).
   Status PrepareSubGroupSteps();
+  // When master/exp_avg/exp_avg_sq are sub-group i's slot (AcquireState) and checksums are on,
+  // the update is fused with the swap checksums (optimizer_nvme_fused.cc): the read's blocks are
+  // verified just before Adam first touches them and the write's hashed right after (WriteBack
+  // then submits with those sums); a mismatch is DataLoss and drops the slot, nothing is written.
   Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
-                        float* exp_avg, float* exp_avg_sq, void* param_copy,
-                        DType copy_dtype) const;
+                        float* exp_avg, float* exp_avg_sq, void* param_copy, DType copy_dtype);
   Status WriteSubGroup(int i, const float* master, const float* exp_avg, const float* exp_avg_sq);
 
   // --- The asynchronous path (see the top of this file) ---
@@ -157,7 +160,9 @@ class NvmeOptimizerState {
   Result<bool> WaitOldestIo();
   // Blocks until sub-group i's state is valid in a slot and returns where (the buffers stay
   // valid until WriteBack or the next drain): read from NVMe if needed (need_contents), else the
-  // caller overwrites it all. `keep` (the sub-groups needed next) are not evicted for it.
+  // caller overwrites it all. `keep` (the sub-groups needed next) are not evicted for it. A read's
+  // checksums are left to UpdateSubGroup, which verifies each block before Adam touches it (a
+  // WriteBack without that update verifies what is left first).
   Result<OptimizerSwapper::StateView> AcquireState(int i, std::span<const int> keep,
                                                    bool need_contents);
   // Submits the write of sub-group i's slot (after AcquireState and an update in place).
@@ -228,6 +233,13 @@ class NvmeOptimizerState {
     int sg = -1;
     SwapFuture io;
     uint64_t seq = 0;  // issue order of the I/O in flight
+    // A read with its checksums left to the update (Note [Fused checksums]): blocks not yet
+    // verified (verified[b] == 0; empty: none verified).
+    bool deferred = false;
+    std::vector<char> verified;
+    // The fused update's per-block sums of the buffer, for WriteBack.
+    std::vector<uint64_t> write_sums;
+    bool sums_ready = false;
   };
   Status EnsureSlots();
   void FreeSlot(size_t k);
@@ -236,6 +248,11 @@ class NvmeOptimizerState {
   // A slot for a sub-group not in `keep`: free, else valid holding one not in keep; -1 if none.
   int FindVictim(std::span<const int> keep) const;
   void StartRead(int i, size_t k);
+  // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
+  Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,
+                     void* param_copy, DType copy_dtype);
+  // Verifies the blocks of slot k's deferred read not verified yet (all at once, from memory).
+  Status VerifyRest(size_t k);
   // The async path of StepExcept.
   Status StepAsync(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
                    DType copy_dtype, const std::vector<char>& skip);

@@ -64,8 +64,12 @@ Status NvmeOptimizerState::Settle(size_t k, bool block) {
                                  " (left in flight; its state on NVMe is torn and the updated "
                                  "copy is dropped: resume from the last checkpoint)");
   }
-  s.state = Slot::State::kValid;  // a completed write leaves the buffer equal to NVMe
+  // A completed write leaves the buffer equal to NVMe; a completed read is valid, its checksums
+  // verified by the update (Note [Fused checksums]) when deferred.
+  s.state = Slot::State::kValid;
   s.io = SwapFuture();
+  if (!read) s.deferred = false;
+  s.sums_ready = false;
   return Status::Ok();
 }
 
@@ -96,7 +100,9 @@ void NvmeOptimizerState::StartRead(int i, size_t k) {
     s.state = Slot::State::kValid;
     return;
   }
-  s.io = swapper_->ReadAsync(idx, static_cast<int>(k));
+  // The checksums are verified by the update, block by block, while the bytes are in cache.
+  s.deferred = swapper_->checksums();
+  s.io = swapper_->ReadAsync(idx, static_cast<int>(k), s.deferred);
   s.state = Slot::State::kReading;
   s.seq = ++io_seq_;
   async_stats_.bytes_read += swapper_->state_bytes(idx);
@@ -161,6 +167,9 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
     if (at >= 0) {
       // A read in flight, or the write of the last update: wait; the buffer is then current.
       STRATA_RETURN_IF_ERROR(Settle(static_cast<size_t>(at), true));
+      Slot& s = slots_[static_cast<size_t>(at)];
+      s.sums_ready = false;                    // the caller changes the buffer next
+      if (!need_contents) s.deferred = false;  // it overwrites all of it: nothing to verify
       return swapper_->BufferState(idx, at);
     }
     int k = FindVictim(keep);
@@ -196,7 +205,22 @@ Status NvmeOptimizerState::WriteBack(int i) {
   }
   Slot& s = slots_[static_cast<size_t>(at)];
   const int idx = swap_index_[static_cast<size_t>(i)];
-  s.io = swapper_->WriteAsync(idx, at);  // checksums taken here, on this thread
+  if (s.deferred) {
+    // Read, but not through the fused update: its blocks are verified before they are written
+    // back under new checksums (a mismatch drops the slot).
+    Status v = VerifyRest(static_cast<size_t>(at));
+    if (!v.ok()) {
+      FreeSlot(static_cast<size_t>(at));
+      return v.WithContext("offload_optimizer nvme: read sub-group " + std::to_string(i));
+    }
+  }
+  if (s.sums_ready) {
+    s.io = swapper_->WriteAsync(idx, at, std::move(s.write_sums));  // the update's checksums
+  } else {
+    s.io = swapper_->WriteAsync(idx, at);  // checksums taken here, on this thread
+  }
+  s.sums_ready = false;
+  s.write_sums.clear();
   s.state = Slot::State::kWriting;
   s.seq = ++io_seq_;
   written_[static_cast<size_t>(i)] = true;

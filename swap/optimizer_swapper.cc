@@ -179,26 +179,53 @@ OptimizerSwapper::StateView OptimizerSwapper::BufferState(int sg, int buffer) {
   return v;
 }
 
-SwapFuture OptimizerSwapper::ReadAsync(int sg, int buffer) {
+namespace {
+
+SwapFuture BadBuffer(const char* what, int sg, int buffer, int sub_groups, int buffers) {
+  return SwapFuture::Failed(InvalidArgumentError(
+      std::string("optimizer swapper: ") + what + " sub-group " + std::to_string(sg) + " " +
+      (what[0] == 'r' ? "into" : "from") + " buffer " + std::to_string(buffer) + " (" +
+      std::to_string(sub_groups) + " sub-groups, " + std::to_string(buffers) + " buffers)"));
+}
+
+}  // namespace
+
+SwapFuture OptimizerSwapper::ReadAsync(int sg, int buffer) { return ReadAsync(sg, buffer, false); }
+
+SwapFuture OptimizerSwapper::ReadAsync(int sg, int buffer, bool deferred) {
   if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
-    return SwapFuture::Failed(InvalidArgumentError(
-        "optimizer swapper: read of sub-group " + std::to_string(sg) + " into buffer " +
-        std::to_string(buffer) + " (" + std::to_string(num_sub_groups()) + " sub-groups, " +
-        std::to_string(num_buffers()) + " buffers)"));
+    return BadBuffer("read of", sg, buffer, num_sub_groups(), num_buffers());
   }
   return space_->Read(groups_[static_cast<size_t>(sg)].swap_id,
-                      buffers_[static_cast<size_t>(buffer)].data());
+                      buffers_[static_cast<size_t>(buffer)].data(), !deferred);
+}
+
+Status OptimizerSwapper::VerifyBlocks(int sg, int buffer, size_t first, size_t count,
+                                      uint64_t* sums) const {
+  if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
+    return InvalidArgumentError("optimizer swapper: verify of sub-group " + std::to_string(sg) +
+                                " in buffer " + std::to_string(buffer) + " (" +
+                                std::to_string(num_sub_groups()) + " sub-groups, " +
+                                std::to_string(num_buffers()) + " buffers)");
+  }
+  return space_->VerifyBlocks(groups_[static_cast<size_t>(sg)].swap_id,
+                              buffers_[static_cast<size_t>(buffer)].data(), first, count, sums);
 }
 
 SwapFuture OptimizerSwapper::WriteAsync(int sg, int buffer) {
   if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
-    return SwapFuture::Failed(InvalidArgumentError(
-        "optimizer swapper: write of sub-group " + std::to_string(sg) + " from buffer " +
-        std::to_string(buffer) + " (" + std::to_string(num_sub_groups()) + " sub-groups, " +
-        std::to_string(num_buffers()) + " buffers)"));
+    return BadBuffer("write of", sg, buffer, num_sub_groups(), num_buffers());
   }
   return space_->Write(groups_[static_cast<size_t>(sg)].swap_id,
                        buffers_[static_cast<size_t>(buffer)].data());
+}
+
+SwapFuture OptimizerSwapper::WriteAsync(int sg, int buffer, std::vector<uint64_t> block_sums) {
+  if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
+    return BadBuffer("write of", sg, buffer, num_sub_groups(), num_buffers());
+  }
+  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id,
+                       buffers_[static_cast<size_t>(buffer)].data(), std::move(block_sums));
 }
 
 // Note [Optimizer step pipeline]

@@ -114,6 +114,26 @@ class OptimizerSwapper {
   // read is verified by its Wait, the write's taken at submit).
   SwapFuture ReadAsync(int sub_group, int buffer);
   SwapFuture WriteAsync(int sub_group, int buffer);
+  // The same with the checksums left to the caller (Note [Checksums by the caller] in
+  // swap/swap_space.cc): a read whose Wait checks only the I/O (`deferred`; false is the call
+  // above), its blocks then verified with VerifyBlocks before they are used; a write with the
+  // caller's per-block sums (num_blocks(sub_group) of them, else InvalidArgument). Blocks are
+  // checksum_block_bytes() of the sub-group's swap extent, params at byte 0, exp_avg at
+  // part_bytes(sub_group), exp_avg_sq at twice that (a block may straddle two parts; padding
+  // between them is hashed as it is).
+  SwapFuture ReadAsync(int sub_group, int buffer, bool deferred);
+  Status VerifyBlocks(int sub_group, int buffer, size_t first, size_t count,
+                      uint64_t* sums = nullptr) const;
+  SwapFuture WriteAsync(int sub_group, int buffer, std::vector<uint64_t> block_sums);
+  bool checksums() const { return space_->checksums(); }
+  size_t checksum_block_bytes() const { return space_->checksum_block_bytes(); }
+  size_t num_blocks(int sub_group) const {
+    return space_->num_blocks(groups_[static_cast<size_t>(sub_group)].swap_id);
+  }
+  // Bytes from one part of the sub-group's state to the next.
+  size_t part_bytes(int sub_group) const {
+    return PartBytes(groups_[static_cast<size_t>(sub_group)].numel);
+  }
   // Bytes one sub-group's state moves (the three aligned parts).
   uint64_t state_bytes(int sub_group) const {
     return 3 * uint64_t{PartBytes(groups_[static_cast<size_t>(sub_group)].numel)};

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef STRATA_HAVE_XXH3_DISPATCH
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -35,7 +38,8 @@ Status SwapFuture::Wait() {
       return space_->FinishWrite(id_, write_gen_, io);
     case Kind::kRead:
       if (!io.ok()) return io;
-      return space_->options().checksums ? space_->VerifyRead(id_, read_buf_) : Status::Ok();
+      return space_->options().checksums && verify_ ? space_->VerifyRead(id_, read_buf_)
+                                                    : Status::Ok();
     case Kind::kNone:
       break;
   }
@@ -323,16 +327,38 @@ SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
     const size_t blk = options_.checksum_block_bytes;
     sums.resize((size + blk - 1) / blk);
     for (size_t i = 0; i < sums.size(); ++i) {
-      sums[i] = XXH3_64bits(bytes + i * blk, std::min(blk, size - i * blk));
+      sums[i] = BlockChecksum(bytes + i * blk, std::min(blk, size - i * blk));
     }
   }
+  return SubmitWrite(id, bytes, std::move(sums), /*check_count=*/false);
+}
+
+SwapFuture SwapSpace::Write(SwapId id, const void* buf, std::vector<uint64_t> block_sums) {
+  if (!options_.checksums) block_sums.clear();
+  return SubmitWrite(id, const_cast<uint8_t*>(static_cast<const uint8_t*>(buf)),
+                     std::move(block_sums), options_.checksums);
+}
+
+SwapFuture SwapSpace::SubmitWrite(SwapId id, uint8_t* bytes, std::vector<uint64_t> sums,
+                                  bool check_count) {
   SwapFuture f;
   std::lock_guard lock(mu_);
   auto it = tensors_.find(id);
   if (it == tensors_.end()) {
-    return SwapFuture::Failed(NotFoundError("swap: tensor " + std::to_string(id) + " freed"));
+    return SwapFuture::Failed(
+        NotFoundError("swap: write of unknown or freed tensor " + std::to_string(id)));
   }
   Tensor& t = it->second;
+  if (check_count) {
+    const size_t blk = options_.checksum_block_bytes;
+    const size_t want = (t.size_bytes + blk - 1) / blk;
+    if (sums.size() != want) {
+      return SwapFuture::Failed(InvalidArgumentError(
+          "swap: write of tensor " + std::to_string(id) + " with " + std::to_string(sums.size()) +
+          " block checksums; its " + FormatBytes(t.size_bytes) + " are " + std::to_string(want) +
+          " blocks of " + FormatBytes(blk) + " (give one checksum per block)"));
+    }
+  }
   if (Status s = SettleLocked(id, t, "written again"); !s.ok()) return SwapFuture::Failed(s);
   t.pending_checksums = std::move(sums);
   t.state = State::kWriting;
@@ -345,7 +371,9 @@ SwapFuture SwapSpace::Write(SwapId id, const void* buf) {
   return f;
 }
 
-SwapFuture SwapSpace::Read(SwapId id, void* buf) {
+SwapFuture SwapSpace::Read(SwapId id, void* buf) { return Read(id, buf, /*verify=*/true); }
+
+SwapFuture SwapSpace::Read(SwapId id, void* buf, bool verify) {
   SwapFuture f;
   std::lock_guard lock(mu_);
   auto it = tensors_.find(id);
@@ -373,25 +401,76 @@ SwapFuture SwapSpace::Read(SwapId id, void* buf) {
   f.kind_ = SwapFuture::Kind::kRead;
   f.id_ = id;
   f.read_buf_ = static_cast<const uint8_t*>(buf);
+  f.verify_ = verify;
   return f;
 }
 
+// Note [Checksums by the caller]
+// A tensor that its user streams through anyway (the optimizer's update pass over a sub-group)
+// need not be hashed in two extra passes from DRAM, one after the read and one before the write:
+// the user reads it with verification deferred (Read(id, buf, false)), verifies each block with
+// VerifyBlocks just before it first touches it (the bytes are then in cache for its own pass),
+// and hashes each block right after its last change (BlockChecksum), giving the sums to
+// Write(id, buf, sums). The protection is the same: every block is compared with the checksum of
+// the last completed write before its bytes are used, a mismatch is the same DataLoss, and a
+// write's sums are still recorded only when it completes (Note [A write that fails]).
+uint64_t SwapSpace::BlockChecksum(const void* data, size_t size_bytes) {
+#ifdef STRATA_HAVE_XXH3_DISPATCH
+  // The widest SIMD this CPU has (swap/CMakeLists.txt); the same values as XXH3_64bits.
+  return XXH3_64bits_dispatch(data, size_bytes);
+#else
+  return XXH3_64bits(data, size_bytes);
+#endif
+}
+
+size_t SwapSpace::num_blocks(SwapId id) const {
+  std::lock_guard lock(mu_);
+  auto it = tensors_.find(id);
+  if (it == tensors_.end()) return 0;
+  const size_t blk = options_.checksum_block_bytes;
+  return (it->second.size_bytes + blk - 1) / blk;
+}
+
 Status SwapSpace::VerifyRead(SwapId id, const uint8_t* buf) const {
-  std::vector<uint64_t> sums;
+  return VerifyBlocks(id, buf, 0, num_blocks(id));
+}
+
+Status SwapSpace::VerifyBlocks(SwapId id, const void* buf, size_t first, size_t count,
+                               uint64_t* sums) const {
+  const auto* bytes = static_cast<const uint8_t*>(buf);
+  const size_t blk = options_.checksum_block_bytes;
+  std::vector<uint64_t> want;
   std::vector<Part> parts;
   size_t size = 0;
   {
     std::lock_guard lock(mu_);
     auto it = tensors_.find(id);
     if (it == tensors_.end()) return NotFoundError("swap: tensor " + std::to_string(id) + " freed");
-    sums = it->second.checksums;
-    parts = it->second.parts;
-    size = it->second.size_bytes;
+    const Tensor& t = it->second;
+    size = t.size_bytes;
+    const size_t blocks = (size + blk - 1) / blk;
+    if (first > blocks || count > blocks - first) {
+      return InvalidArgumentError("swap: verify of blocks [" + std::to_string(first) + ", " +
+                                  std::to_string(first + count) + ") of tensor " +
+                                  std::to_string(id) + ", which has " + std::to_string(blocks));
+    }
+    if (!options_.checksums && sums == nullptr) return Status::Ok();
+    if (options_.checksums) {
+      if (t.checksums.size() != blocks) {
+        return FailedPreconditionError("swap: verify of tensor " + std::to_string(id) +
+                                       ", which no write has completed yet");
+      }
+      want.assign(t.checksums.begin() + static_cast<std::ptrdiff_t>(first),
+                  t.checksums.begin() + static_cast<std::ptrdiff_t>(first + count));
+      parts = t.parts;
+    }
   }
-  const size_t blk = options_.checksum_block_bytes;
-  for (size_t i = 0; i < sums.size(); ++i) {
-    const size_t off = i * blk;
-    if (XXH3_64bits(buf + off, std::min(blk, size - off)) == sums[i]) continue;
+  for (size_t k = 0; k < count; ++k) {
+    const size_t off = (first + k) * blk;
+    const size_t len = std::min(blk, size - off);
+    const uint64_t h = BlockChecksum(bytes + off, len);
+    if (sums != nullptr) sums[k] = h;
+    if (!options_.checksums || h == want[k]) continue;
     // Name the file and file offset of the bad block.
     std::string where;
     for (const Part& p : parts) {
@@ -402,8 +481,7 @@ Status SwapSpace::VerifyRead(SwapId id, const uint8_t* buf) const {
     }
     return DataLossError("swap: checksum mismatch in tensor " + std::to_string(id) +
                          " at tensor offset " + std::to_string(off) + " (" + where + ", block of " +
-                         FormatBytes(std::min(blk, size - off)) +
-                         "): the data on disk is not what was written");
+                         FormatBytes(len) + "): the data on disk is not what was written");
   }
   return Status::Ok();
 }

@@ -10,11 +10,12 @@
 // a full disk is reported there, before any state depends on it.
 //
 // Integrity (on by default; `strata.swap_checksums: false` turns the checksums off): xxHash
-// (XXH3-64) per `checksum_block_bytes` block, computed at write and verified at read; a mismatch
-// is DataLoss naming the tensor, file and offset. A write counts only once it has completed:
-// Note [A write that fails] in swap_space.cc. Files are flock'ed while in use and removed on
-// destruction; a file left by a crashed run is detected at Create and reported (reused only with
-// `reuse_stale`).
+// (XXH3-64) per `checksum_block_bytes` block, computed at write and verified at read (or by the
+// caller, block by block, while the bytes are in its cache: Read(id, buf, false), VerifyBlocks,
+// Write(id, buf, sums)); a mismatch is DataLoss naming the tensor, file and offset. A write counts
+// only once it has completed: Note [A write that fails] in swap_space.cc. Files are flock'ed while
+// in use and removed on destruction; a file left by a crashed run is detected at Create and
+// reported (reused only with `reuse_stale`).
 //
 // Thread safety: all methods may be called concurrently. A tensor is not read or written while
 // its write is in flight (FailedPrecondition), and Free() needs its I/O finished.
@@ -77,6 +78,7 @@ class SwapFuture {
   uint64_t id_ = 0;
   uint64_t write_gen_ = 0;             // write: which write of the tensor this is
   const uint8_t* read_buf_ = nullptr;  // read: the bytes whose checksums are verified
+  bool verify_ = true;                 // read: Wait() verifies the checksums
   Status early_;                       // an error found before any I/O was issued
 };
 
@@ -100,6 +102,33 @@ class SwapSpace {
   // tensor whose write is still in flight is FailedPrecondition.
   SwapFuture Write(SwapId id, const void* buf);
   SwapFuture Read(SwapId id, void* buf);
+
+  // Checksums where the bytes are already in cache (Note [Checksums by the caller] in
+  // swap_space.cc): the caller verifies a read and hashes a write itself, block by block, as
+  // its own pass over the bytes touches them.
+  //
+  // A read whose Wait() checks only the I/O, not the checksums (`verify` false; true is Read
+  // above). The caller verifies every block with VerifyBlocks before it relies on it; the tensor
+  // must not be written before then.
+  SwapFuture Read(SwapId id, void* buf, bool verify);
+  // Blocks [first, first + count) of `buf`, the tensor's bytes as read, against the checksums of
+  // its last completed write: DataLoss naming the tensor, file and offset, as a verified Read.
+  // `sums` (optional, count entries) receives the blocks' hashes. OK with checksums off.
+  // InvalidArgument for a range past num_blocks(id); FailedPrecondition for a tensor no write of
+  // which has completed.
+  Status VerifyBlocks(SwapId id, const void* buf, size_t first, size_t count,
+                      uint64_t* sums = nullptr) const;
+  // A write with the caller's checksums: block_sums[b] = BlockChecksum of bytes
+  // [b * checksum_block_bytes(), ...) of `buf` (the last block short). A count other than
+  // num_blocks(id) fails the future with InvalidArgument; ignored with checksums off. Otherwise as
+  // Write above (the sums take effect when the write completes).
+  SwapFuture Write(SwapId id, const void* buf, std::vector<uint64_t> block_sums);
+  // The checksum of one block (XXH3-64).
+  static uint64_t BlockChecksum(const void* data, size_t size_bytes);
+  // Checksum blocks of the tensor (0 for an unknown one) and their size.
+  size_t num_blocks(SwapId id) const;
+  size_t checksum_block_bytes() const { return options_.checksum_block_bytes; }
+  bool checksums() const { return options_.checksums; }
 
   size_t size_bytes(SwapId id) const;
   // Bytes reserved in files (including alignment) and files' total size.
@@ -140,6 +169,8 @@ class SwapSpace {
   Result<uint64_t> Allocate(int file, uint64_t size);
   static void Release(FileState& f, uint64_t offset, uint64_t size);
   Status VerifyRead(SwapId id, const uint8_t* buf) const;
+  // The write path after the checksums are known (`check_count`: they are the caller's).
+  SwapFuture SubmitWrite(SwapId id, uint8_t* bytes, std::vector<uint64_t> sums, bool check_count);
   // Records how write `gen` of `id` ended (from SwapFuture::Wait); returns `io`.
   Status FinishWrite(SwapId id, uint64_t gen, const Status& io);
   static void FinishWriteLocked(Tensor& t, const Status& io);

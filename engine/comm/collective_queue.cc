@@ -10,6 +10,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr auto kServiceInterval = std::chrono::milliseconds(20);
+constexpr int kYieldPolls = 64;  // idle polls that yield before the queue sleeps between polls
 
 std::string Seconds(double s) {
   char buf[32];
@@ -146,6 +147,7 @@ void CollectiveQueue::FailAll(const Status& error) {
 
 void CollectiveQueue::Loop() {
   std::vector<std::shared_ptr<QueuedOp>> to_start;
+  int idle_polls = 0;  // polls in a row that completed nothing
   std::unique_lock lock(shared_->mu);
   while (true) {
     if (shared_->stop) {
@@ -217,14 +219,28 @@ void CollectiveQueue::Loop() {
 
     lock.lock();
     if (inflight_.empty()) {
+      idle_polls = 0;
       shared_->cv.wait_for(lock, kServiceInterval, [this] {
         return shared_->stop ||
                (!shared_->waiting.empty() && shared_->waiting.front()->ready_.load());
       });
-    } else if (!progressed) {
+    } else if (progressed) {
+      idle_polls = 0;
+    } else if (++idle_polls <= kYieldPolls) {
       lock.unlock();
       std::this_thread::yield();
       lock.lock();
+    } else {
+      // Polling without starving the CPU: a collective that waits for a peer may take
+      // long; spinning on yield() then keeps this CPU busy, and kernel work queued on it (the
+      // completion of an O_DIRECT write, say) can starve, so that peer-facing waits turn into a
+      // cross-rank hang. Past kYieldPolls idle polls the thread sleeps, 50 us doubling up to
+      // 1 ms, woken early by a newly ready op.
+      const int shift = std::min(idle_polls - kYieldPolls, 5);
+      shared_->cv.wait_for(lock, std::chrono::microseconds(50 << shift), [this] {
+        return shared_->stop ||
+               (!shared_->waiting.empty() && shared_->waiting.front()->ready_.load());
+      });
     }
   }
 }

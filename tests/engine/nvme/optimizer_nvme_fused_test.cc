@@ -1,0 +1,316 @@
+// NvmeOptimizerState's fused update (engine/optimizer_nvme_fused.cc, Note [Fused checksums]):
+// the asynchronous path updates a slot in block-sized pieces with the swap checksums verified and
+// computed on the way. It gives the bits of OptimizerState on the CPU tier (one update per
+// sub-group), its write checksums are the ones a verified read accepts, and a block corrupted on
+// disk - in any of the three parts or straddling two - fails the update with DataLoss naming
+// tensor, file and offset, before anything is written back.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/optimizer_nvme.h"
+#include "engine/optimizer_state.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::IsOk;
+using ::strata::testing::ScratchDir;
+using ::strata::testing::StatusIs;
+using ::strata::testing::TestSeed;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr char kSwapFile[] = "strata-optimizer-rank0.swap";
+
+Hyperparams TestHyperparams() {
+  Hyperparams hp = DefaultHyperparams(OptimizerKind::kAdam);
+  hp.lr = 1e-2f;
+  hp.weight_decay = 0.01f;
+  return hp;
+}
+
+NvmeOptimizerStateOptions Options(const ScratchDir& dir, size_t buffers, bool checksums) {
+  NvmeOptimizerStateOptions o;
+  o.hyperparams = TestHyperparams();
+  o.nvme_paths = {dir.path().string()};
+  o.pin_memory = false;
+  o.buffer_count = buffers;
+  o.checksums = checksums;
+  o.aio.block_size = 256 << 10;
+  return o;
+}
+
+std::vector<float> Normal(size_t n, std::mt19937_64& rng, float scale, bool positive = false) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = positive ? std::abs(d(rng)) : d(rng);
+  return v;
+}
+
+void FlipByte(const std::string& file, off_t offset) {
+  int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << file;
+  uint8_t b;
+  ASSERT_EQ(::pread(fd, &b, 1, offset), 1);
+  b ^= 0x21;
+  ASSERT_EQ(::pwrite(fd, &b, 1, offset), 1);
+  // No fsync: an O_DIRECT read writes the dirty range back first.
+  ::close(fd);
+}
+
+// StepAt over block-sized sub-ranges (the fused update's pieces) gives the bits of one call.
+TEST(NvmeFusedChecksumTest, StepAtOnPiecesEqualsOneCall) {
+  std::mt19937_64 rng(TestSeed());
+  const size_t n = 700'001;
+  auto opt = CpuOptimizer::Create(OptimizerKind::kAdam);
+  ASSERT_THAT(opt, IsOk());
+  for (const DType copy_dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const std::vector<float> p0 = Normal(n, rng, 1), m0 = Normal(n, rng, 0.1f),
+                             v0 = Normal(n, rng, 0.01f, true), g = Normal(n, rng, 0.1f);
+    std::vector<float> p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
+    std::vector<uint16_t> c1(n), c2(n);
+    StepOptions so;
+    so.grad_scale = 0.75f;
+    StepTensors t{n,         p1.data(), g.data(),  DType::kFloat32,
+                  m1.data(), v1.data(), c1.data(), copy_dtype};
+    ASSERT_THAT(opt->StepAt(TestHyperparams(), 3, t, so), IsOk());
+    for (size_t e0 = 0; e0 < n; e0 += 262'144) {
+      const size_t e1 = std::min(n, e0 + 262'144);
+      StepTensors s{e1 - e0,        p2.data() + e0, g.data() + e0,  DType::kFloat32,
+                    m2.data() + e0, v2.data() + e0, c2.data() + e0, copy_dtype};
+      ASSERT_THAT(opt->StepAt(TestHyperparams(), 3, s, so), IsOk());
+    }
+    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), n * 4));
+    EXPECT_EQ(0, std::memcmp(m1.data(), m2.data(), n * 4));
+    EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), n * 4));
+    EXPECT_EQ(c1, c2);
+  }
+}
+
+struct FusedMode {
+  DType copy_dtype;
+  bool has_copy;
+  bool checksums;
+};
+
+std::string FusedModeName(const ::testing::TestParamInfo<FusedMode>& i) {
+  return std::string(i.param.has_copy ? DTypeName(i.param.copy_dtype) : "nocopy") +
+         (i.param.checksums ? "_checksums" : "_nochecksums");
+}
+
+class NvmeFusedBitwiseTest : public ::testing::TestWithParam<FusedMode> {};
+
+// Three steps through the asynchronous path (the overlapped worker's calls, StepExcept's
+// StepAsync, and updates of slots whose write is still in flight) against OptimizerState on the
+// CPU tier; sub-groups of several sizes, none a multiple of the checksum block.
+TEST_P(NvmeFusedBitwiseTest, AsyncStepsEqualCpuOptimizerStateBitwise) {
+  const FusedMode mode = GetParam();
+  ScratchDir dir;
+  const std::vector<size_t> numels = {1000, 300'001, 524'305, 77, 262'144, 33};
+  const PartitionLayout layout = PartitionLayout::Create(numels, 1, 0, 64).value();
+  const std::vector<SubGroup> groups = layout.SubGroups(250'000);
+  ASSERT_GE(groups.size(), 3u);
+  const size_t n = layout.partition_numel();
+  OptimizerStateOptions ro;
+  ro.hyperparams = TestHyperparams();
+  ro.tier = Tier::kCpu;
+  ro.pin_memory = false;
+  auto ref = OptimizerState::Create(layout, ro, nullptr, nullptr);
+  ASSERT_THAT(ref.status(), IsOk());
+  auto nvme =
+      NvmeOptimizerState::Create(layout, groups, Options(dir, 2, mode.checksums), nullptr, nullptr);
+  ASSERT_THAT(nvme.status(), IsOk());
+  NvmeOptimizerState& s = **nvme;
+  std::mt19937_64 rng(TestSeed());
+  const std::vector<float> p = Normal(n, rng, 1), m = Normal(n, rng, 0.1f),
+                           v = Normal(n, rng, 0.01f, true);
+  std::memcpy((*ref)->master(), p.data(), n * 4);
+  std::memcpy((*ref)->exp_avg(), m.data(), n * 4);
+  std::memcpy((*ref)->exp_avg_sq(), v.data(), n * 4);
+  ASSERT_THAT(s.WriteState(0, p, m, v), IsOk());
+  ASSERT_THAT(s.Flush(), IsOk());
+
+  const size_t cbytes = DTypeBytes(mode.copy_dtype);
+  std::vector<uint8_t> copy_ref(n * cbytes, 0xAB), copy_nvme(n * cbytes, 0xCD);
+  void* cr = mode.has_copy ? copy_ref.data() : nullptr;
+  void* cn = mode.has_copy ? copy_nvme.data() : nullptr;
+  const int sgs = s.num_sub_groups();
+  std::vector<int> order(static_cast<size_t>(sgs));
+  for (int i = 0; i < sgs; ++i) order[static_cast<size_t>(i)] = i;
+  for (int step = 1; step <= 4; ++step) {
+    const std::vector<float> g = Normal(n, rng, 0.1f);
+    std::memcpy((*ref)->grad(), g.data(), n * 4);
+    std::memcpy(s.grad(), g.data(), n * 4);
+    Hyperparams hp = TestHyperparams();
+    hp.lr /= static_cast<float>(step);
+    const float scale = 0.5f + 0.25f * static_cast<float>(step);
+    for (const SubGroup& sg : groups) {
+      ASSERT_THAT((*ref)->StepSubGroup(sg, step, hp, scale, cr, mode.copy_dtype), IsOk());
+    }
+    if (step == 2) {
+      // StepExcept's asynchronous path (something read ahead, so not the swapper's Step).
+      bool helps = false;
+      ASSERT_THAT(s.ReadAhead(order, &helps), IsOk());
+      ASSERT_TRUE(s.async_busy());
+      ASSERT_THAT(s.StepExcept(step, hp, scale, cn, mode.copy_dtype,
+                               std::vector<char>(static_cast<size_t>(sgs), 0)),
+                  IsOk());
+    } else {
+      // The overlapped worker's calls; at step 3 the slots still hold step 2's writes.
+      ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
+      for (int i = 0; i < sgs; ++i) {
+        const std::span<const int> rest(order.data() + i, order.size() - static_cast<size_t>(i));
+        const std::span<const int> keep = rest.first(std::min<size_t>(rest.size(), 2));
+        bool helps = false;
+        ASSERT_THAT(s.ReadAhead(rest, &helps), IsOk());
+        auto st = s.AcquireState(i, keep, true);
+        ASSERT_THAT(st.status(), IsOk());
+        ASSERT_THAT(s.UpdateSubGroup(i, step, hp, scale, st->params, st->exp_avg, st->exp_avg_sq,
+                                     cn, mode.copy_dtype),
+                    IsOk());
+        ASSERT_THAT(s.WriteBack(i), IsOk());
+      }
+    }
+    if (step == 1) {
+      ASSERT_THAT(s.DrainAsync(), IsOk());  // step 2 reads everything back
+    }
+    if (!mode.has_copy) continue;
+    ASSERT_EQ(0, std::memcmp(copy_ref.data(), copy_nvme.data(), copy_ref.size()))
+        << "copy-out differs at step " << step;
+  }
+  // Verified reads of what the fused updates wrote: their checksums are right.
+  std::vector<float> bp(n), bm(n), bv(n);
+  ASSERT_THAT(s.ReadState(0, n, bp.data(), bm.data(), bv.data()), IsOk());
+  EXPECT_EQ(0, std::memcmp(bp.data(), (*ref)->master(), n * 4)) << "master";
+  EXPECT_EQ(0, std::memcmp(bm.data(), (*ref)->exp_avg(), n * 4)) << "exp_avg";
+  EXPECT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4)) << "exp_avg_sq";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, NvmeFusedBitwiseTest,
+                         ::testing::Values(FusedMode{DType::kBFloat16, true, true},
+                                           FusedMode{DType::kFloat16, true, true},
+                                           FusedMode{DType::kFloat32, true, true},
+                                           FusedMode{DType::kBFloat16, false, true},
+                                           FusedMode{DType::kBFloat16, true, false}),
+                         FusedModeName);
+
+// One sub-group of 700,001 elements: parts of 2,801,664 bytes, so blocks 2 (params | exp_avg)
+// and 5 (exp_avg | exp_avg_sq) straddle two parts.
+class NvmeFusedCorruptionTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kNumel = 700'001;
+  void SetUp() override {
+    const std::vector<size_t> numels = {kNumel};
+    layout_ = PartitionLayout::Create(numels, 1, 0, 1).value();
+    groups_ = layout_.SubGroups(0);
+    ASSERT_EQ(groups_.size(), 1u);
+    auto s = NvmeOptimizerState::Create(layout_, groups_, Options(dir_, 2, true), nullptr, nullptr);
+    ASSERT_THAT(s.status(), IsOk());
+    nvme_ = std::move(s).value();
+    std::mt19937_64 rng(TestSeed());
+    p_ = Normal(kNumel, rng, 1);
+    m_ = Normal(kNumel, rng, 0.1f);
+    v_ = Normal(kNumel, rng, 0.01f, true);
+    const std::vector<float> g = Normal(kNumel, rng, 0.1f);
+    std::memcpy(nvme_->grad(), g.data(), kNumel * 4);
+    ASSERT_THAT(nvme_->WriteState(0, p_, m_, v_), IsOk());
+    ASSERT_THAT(nvme_->Flush(), IsOk());
+  }
+  // The state on NVMe is still the one written in SetUp.
+  void ExpectUnchanged() {
+    std::vector<float> p(kNumel), m(kNumel), v(kNumel);
+    ASSERT_THAT(nvme_->ReadSubGroup(0, p.data(), m.data(), v.data()), IsOk());
+    EXPECT_EQ(p, p_);
+    EXPECT_EQ(m, m_);
+    EXPECT_EQ(v, v_);
+  }
+  ScratchDir dir_;
+  PartitionLayout layout_;
+  std::vector<SubGroup> groups_;
+  std::unique_ptr<NvmeOptimizerState> nvme_;
+  std::vector<float> p_, m_, v_;
+};
+
+TEST_F(NvmeFusedCorruptionTest, EachPartAndStraddlingBlocksAreDataLossBeforeAnyWrite) {
+  const std::string file = dir_.File(kSwapFile);
+  struct Case {
+    const char* where;
+    off_t offset;         // of the flipped byte in the file (the sub-group's extent is at 0)
+    size_t block_offset;  // of its block in the tensor
+  };
+  const Case cases[] = {
+      {"params", 100, 0},
+      {"exp_avg", 3'500'000, 3 << 20},
+      {"exp_avg_sq", 7'000'000, 6 << 20},
+      {"exp_avg side of the params | exp_avg block", 2'900'000, 2 << 20},
+      {"params side of the params | exp_avg block", 2'500'000, 2 << 20},
+      {"exp_avg side of the exp_avg | exp_avg_sq block", 5'300'000, 5 << 20},
+  };
+  const Hyperparams hp = TestHyperparams();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.where);
+    FlipByte(file, c.offset);
+    ASSERT_THAT(nvme_->PrepareSubGroupSteps(), IsOk());
+    auto st = nvme_->AcquireState(0, {}, true);  // the read's checksums are the update's
+    ASSERT_THAT(st.status(), IsOk());
+    EXPECT_THAT(nvme_->UpdateSubGroup(0, 1, hp, 1.0f, st->params, st->exp_avg, st->exp_avg_sq,
+                                      nullptr, DType::kBFloat16),
+                StatusIs(StatusCode::kDataLoss,
+                         AllOf(HasSubstr("read sub-group 0"), HasSubstr("checksum mismatch"),
+                               HasSubstr("tensor offset " + std::to_string(c.block_offset)),
+                               HasSubstr(file + " @ " + std::to_string(c.block_offset)))));
+    EXPECT_FALSE(nvme_->async_busy()) << "the part-updated slot must be dropped";
+    EXPECT_THAT(nvme_->WriteBack(0),
+                StatusIs(StatusCode::kFailedPrecondition, HasSubstr("without its state acquired")));
+    FlipByte(file, c.offset);  // repaired: nothing was written over it
+    ExpectUnchanged();
+  }
+}
+
+TEST_F(NvmeFusedCorruptionTest, StepExceptFailsTheStepAndWritesNothing) {
+  const std::string file = dir_.File(kSwapFile);
+  FlipByte(file, 5'000'000);
+  bool helps = false;
+  const int order[] = {0};
+  ASSERT_THAT(nvme_->ReadAhead(order, &helps), IsOk());
+  EXPECT_THAT(nvme_->StepExcept(1, TestHyperparams(), 1.0f, nullptr, DType::kBFloat16, {0}),
+              StatusIs(StatusCode::kDataLoss,
+                       AllOf(HasSubstr("offload_optimizer nvme step 1"),
+                             HasSubstr("read sub-group 0"), HasSubstr("tensor offset 4194304"))));
+  FlipByte(file, 5'000'000);
+  ExpectUnchanged();
+}
+
+TEST_F(NvmeFusedCorruptionTest, WriteBackWithoutTheUpdateVerifiesTheReadFirst) {
+  const std::string file = dir_.File(kSwapFile);
+  FlipByte(file, 8'000'000);
+  ASSERT_THAT(nvme_->PrepareSubGroupSteps(), IsOk());
+  ASSERT_THAT(nvme_->AcquireState(0, {}, true).status(), IsOk());
+  EXPECT_THAT(nvme_->WriteBack(0),
+              StatusIs(StatusCode::kDataLoss,
+                       AllOf(HasSubstr("read sub-group 0"), HasSubstr("tensor offset 7340032"))));
+  FlipByte(file, 8'000'000);
+  ExpectUnchanged();
+  // Overwritten whole (need_contents false), a slot needs no verification.
+  FlipByte(file, 8'000'000);
+  auto st = nvme_->AcquireState(0, {}, false);
+  ASSERT_THAT(st.status(), IsOk());
+  std::memcpy(st->params, p_.data(), kNumel * 4);
+  std::memcpy(st->exp_avg, m_.data(), kNumel * 4);
+  std::memcpy(st->exp_avg_sq, v_.data(), kNumel * 4);
+  ASSERT_THAT(nvme_->WriteBack(0), IsOk());
+  ASSERT_THAT(nvme_->DrainAsync(), IsOk());
+  ExpectUnchanged();
+}
+
+}  // namespace
+}  // namespace strata
