@@ -71,7 +71,7 @@ Status BufferedIo(IoOp op, const OpenFile& f, uint8_t* buf, uint64_t size, uint6
 // collective - kept that kworker off the CPU indefinitely: the write never completed, the rank
 // waited for it forever and its peer waited for the rank (engine_param_nvme_mpi_world2).
 constexpr int64_t kMinRoomWaitUs = 200;
-constexpr int64_t kMaxRoomWaitUs = 16000;
+constexpr int64_t kMaxRoomWaitUs = 2000;  // a new segment waits at most this for the wait to end
 
 }  // namespace
 

@@ -31,7 +31,8 @@ Status Engine::PlaceStepOverlap() {
   }
   o.param_copy = im.param_copy;
   o.copy_dtype = compute_dtype_;
-  // Stage 3, shards on NVMe (no flat array): written back per sub-group by the worker.
+  // Stage 3, shards on NVMe (no flat array): written back per sub-group during backward (from
+  // the engine thread: StepOverlap::WriteBackUpdated).
   if (im.store != nullptr && im.shards == nullptr && im.param_copy != nullptr) {
     o.param_store = im.store.get();
   }

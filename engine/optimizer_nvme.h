@@ -32,6 +32,7 @@
 // AioHandle's threads do the I/O.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -118,6 +119,8 @@ class NvmeOptimizerState {
   // only sums the rest. Not concurrent with the calls above, ZeroGrad or another
   // PrecomputeGradChecks (the worker owns the state between the step's Begin and Finish).
   void PrecomputeGradChecks(size_t begin, size_t end) const;
+  // Forgets the chunk sums taken so far (a step that failed before its norm left them).
+  void ForgetGradChecks() const { std::fill(norm_ready_.begin(), norm_ready_.end(), 0); }
 
   // One optimizer update of every sub-group at step number `step` (>= 1) with `hp`, the
   // gradients multiplied by grad_scale first. If param_copy is set (a partition-sized

@@ -89,6 +89,10 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
         "after it, or set strata.overlap_step false)");
   }
   params_written_.clear();
+  write_back_error_ = Status::Ok();
+  // The norm's chunk sums of an earlier step that did not reach its norm (a failed step) are
+  // stale: forgotten before the worker takes this step's.
+  if (o_.nvme_opt != nullptr) o_.nvme_opt->ForgetGradChecks();
   // A speculation that failed last time (clipping triggered, an overflow) most likely fails
   // again: such steps run serially, with a retry every kRetryAfter steps.
   if (args.speculative && rolled_back_ && ++serial_since_rollback_ < kRetryAfter) {
@@ -196,7 +200,8 @@ Status StepOverlap::WriteBackUpdated() {
 
 Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   if (!active_ || param >= group_of_slice_.size()) return Status::Ok();
-  STRATA_RETURN_IF_ERROR(WriteBackUpdated());
+  // A failed write-back is reported by Finish, which rolls the step back first.
+  if (write_back_error_.ok()) write_back_error_ = WriteBackUpdated();
   const size_t g = group_of_slice_[param];
   if (remaining_[g] == 0 || --remaining_[g] != 0 || !eligible_[g]) return Status::Ok();
   if (args_.speculative) {  // the kept copies are bounded; the rest waits for the serial step
@@ -393,7 +398,12 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
     return InternalError("overlapped step: " + std::to_string(pushed_) + " of " +
                          std::to_string(pushed_expected_) + " sub-groups reached the worker");
   }
-  STRATA_RETURN_IF_ERROR(WriteBackUpdated());
+  if (write_back_error_.ok()) write_back_error_ = WriteBackUpdated();
+  if (!write_back_error_.ok()) {  // the store may hold early parameters: roll back, then fail
+    Status e = std::exchange(write_back_error_, Status::Ok());
+    Rollback().IgnoreError();
+    return e;
+  }
   // The rest of the host part crosses now, as the serial step copies it (unless the reducer
   // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
   if (o_.device_grad == nullptr) return Status::Ok();
@@ -431,7 +441,11 @@ Status StepOverlap::Rollback() {
   if (!active_) return Status::Ok();
   active_ = false;
   rolled_back_ = true;
-  params_written_.clear();  // the step rewrites every sub-group's parameters
+  // Parameters written into param_store during backward are rewritten below from the restored
+  // param_copy: a skipped step (an overflow) never reaches the step's own write-back.
+  std::vector<char> written;
+  written.swap(params_written_);
+  written.resize(o_.sub_groups.size(), 0);
   std::vector<char> done;
   std::vector<std::unique_ptr<Kept>> kept;
   {
@@ -473,6 +487,15 @@ Status StepOverlap::Rollback() {
     if (o_.param_copy != nullptr && !kept[g]->copy.empty()) {
       std::memcpy(static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes,
                   kept[g]->copy.data(), n * cbytes);
+    }
+    if (written[g] != 0 && o_.param_store != nullptr && o_.param_copy != nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          o_.param_store
+              ->Write(sg.flat_begin,
+                      static_cast<const uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes, n,
+                      copy_stream_)
+              .WithContext("overlapped step: restoring sub-group " + std::to_string(g) +
+                           "'s parameters"));
     }
   }
   return Status::Ok();

@@ -207,6 +207,7 @@ class StepOverlap {
   std::vector<char> copied_;          // D2H enqueued here
   std::vector<char> params_written_;  // WriteBackUpdated wrote the sub-group's parameters
   int64_t param_write_backs_ = 0;
+  Status write_back_error_;  // the first failed WriteBackUpdated of OnReduced (Finish reports it)
   uint64_t kept_bytes_ = 0;
   uint64_t pushed_expected_ = 0;
   bool rolled_back_ = false;  // the last speculative step was undone

@@ -10,7 +10,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr auto kServiceInterval = std::chrono::milliseconds(20);
-constexpr int kYieldPolls = 64;  // idle polls that yield before the queue sleeps between polls
+constexpr auto kYieldFor = std::chrono::milliseconds(2);        // yield-polling before sleeping
+constexpr auto kMaxIdleSleep = std::chrono::microseconds(200);  // between polls after that
 
 std::string Seconds(double s) {
   char buf[32];
@@ -147,7 +148,8 @@ void CollectiveQueue::FailAll(const Status& error) {
 
 void CollectiveQueue::Loop() {
   std::vector<std::shared_ptr<QueuedOp>> to_start;
-  int idle_polls = 0;  // polls in a row that completed nothing
+  auto idle_since = Clock::now();  // the last completion (or the queue going idle)
+  int64_t idle_sleep_us = 0;
   std::unique_lock lock(shared_->mu);
   while (true) {
     if (shared_->stop) {
@@ -167,6 +169,10 @@ void CollectiveQueue::Loop() {
     const Status failed = shared_->failed;
     lock.unlock();
 
+    if (!to_start.empty()) {
+      idle_since = Clock::now();
+      idle_sleep_us = 0;
+    }
     for (auto& op : to_start) {
       op->start_time_ = Clock::now();
       shared_->started.store(op->desc().seq);
@@ -219,25 +225,29 @@ void CollectiveQueue::Loop() {
 
     lock.lock();
     if (inflight_.empty()) {
-      idle_polls = 0;
+      idle_since = Clock::now();
+      idle_sleep_us = 0;
       shared_->cv.wait_for(lock, kServiceInterval, [this] {
         return shared_->stop ||
                (!shared_->waiting.empty() && shared_->waiting.front()->ready_.load());
       });
     } else if (progressed) {
-      idle_polls = 0;
-    } else if (++idle_polls <= kYieldPolls) {
+      idle_since = Clock::now();
+      idle_sleep_us = 0;
+    } else if (Clock::now() - idle_since < kYieldFor) {
       lock.unlock();
       std::this_thread::yield();
       lock.lock();
     } else {
-      // Polling without starving the CPU: a collective that waits for a peer may take
-      // long; spinning on yield() then keeps this CPU busy, and kernel work queued on it (the
-      // completion of an O_DIRECT write, say) can starve, so that peer-facing waits turn into a
-      // cross-rank hang. Past kYieldPolls idle polls the thread sleeps, 50 us doubling up to
-      // 1 ms, woken early by a newly ready op.
-      const int shift = std::min(idle_polls - kYieldPolls, 5);
-      shared_->cv.wait_for(lock, std::chrono::microseconds(50 << shift), [this] {
+      // Polling without starving the CPU: a collective that waits for a peer may take long;
+      // spinning on yield() then keeps this CPU busy, and kernel work queued on it (the
+      // completion of an O_DIRECT write, say) can starve, so that a wait for a peer turns into a
+      // cross-rank hang. After kYieldFor without a completion the thread sleeps between polls,
+      // 25 us doubling up to kMaxIdleSleep (MPI without async progress advances a collective only
+      // in its polls, so the sleep stays short), woken early by a newly ready op.
+      idle_sleep_us =
+          std::min<int64_t>(idle_sleep_us == 0 ? 25 : 2 * idle_sleep_us, kMaxIdleSleep.count());
+      shared_->cv.wait_for(lock, std::chrono::microseconds(idle_sleep_us), [this] {
         return shared_->stop ||
                (!shared_->waiting.empty() && shared_->waiting.front()->ready_.load());
       });

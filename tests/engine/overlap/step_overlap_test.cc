@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <chrono>
 #include <limits>
 #include <thread>
@@ -43,6 +45,11 @@ TEST_P(StepOverlapSameMathTest, ParametersAndLossesEqualTheSerialStepBitwise) {
   EXPECT_EQ(serial.overlapped, 0);
   EXPECT_GT(overlapped.overlapped, 0) << "no sub-group was updated during backward";
   EXPECT_TRUE(SameBits(serial.masters, overlapped.masters));
+  ASSERT_EQ(serial.norms.size(), overlapped.norms.size());  // the norms' chunk sums: same bits
+  for (size_t i = 0; i < serial.norms.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&serial.norms[i], &overlapped.norms[i], sizeof(double)), 0)
+        << "step " << i << ": " << serial.norms[i] << " vs " << overlapped.norms[i];
+  }
   // offload_param nvme: every sub-group updated early had its parameters written back by the
   // overlapped step (at Finish at the latest), the step wrote the rest.
   if (std::string(c.param) == "nvme") {
@@ -132,7 +139,11 @@ INSTANTIATE_TEST_SUITE_P(
     Fp16, StepOverlapOverflowTest,
     ::testing::Values(OverlapCase{2, "cpu", "none", DType::kFloat16, 0, false, 2},
                       OverlapCase{3, "cpu", "cpu", DType::kFloat16, 0, true, 2},
-                      OverlapCase{3, "nvme", "none", DType::kFloat16, 1.0, false, 2}),
+                      OverlapCase{3, "nvme", "none", DType::kFloat16, 1.0, false, 2},
+                      // offload_param nvme: the early updates' parameters were written into the
+                      // store during backward; a skipped step must put the old ones back.
+                      OverlapCase{3, "cpu", "nvme", DType::kFloat16, 0, false, 2},
+                      OverlapCase{3, "nvme", "nvme", DType::kFloat16, 0, false, 2}),
     [](const auto& info) { return testing::OverlapCaseName(info.param); });
 
 // Before the embedding's backward is even enqueued (the first parameter, so the last sub-group
