@@ -191,11 +191,7 @@ double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
     return total;
   }
   std::vector<double> sums(SquaredNormChunks(end - begin));
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, sums.size(), 64), [&](const auto& r) {
-    const size_t b = begin + r.begin() * kSquaredNormChunk;
-    const size_t stop = std::min(end, begin + r.end() * kSquaredNormChunk);
-    SquaredNormChunkSums(grad_ + b, stop - b, sums.data() + r.begin());
-  });
+  ParallelSquaredNormChunkSums(grad_ + begin, end - begin, sums.data());
   for (const double s : sums) total += s;
   return total;
 }

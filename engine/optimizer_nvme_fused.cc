@@ -84,7 +84,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     }
   }
   std::vector<uint64_t> sums(blocks, 0);
-  const std::string read_context = "offload_optimizer nvme: read sub-group " + std::to_string(i);
+  auto read_context = [i] { return "offload_optimizer nvme: read sub-group " + std::to_string(i); };
   std::mutex error_mu;
   Status error;
   std::atomic<bool> failed{false};
@@ -99,7 +99,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     if (state[b].load(std::memory_order_relaxed) == kUnverified) {
       Status s = swapper_->VerifyBlocks(idx, buffer, b, 1, &sums[b]);
       if (!s.ok()) {
-        fail(s.WithContext(read_context));
+        fail(s.WithContext(read_context()));
         break;
       }
       state[b].store(kVerified, std::memory_order_relaxed);
@@ -114,7 +114,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
       Status s = swapper_->VerifyBlocks(idx, buffer, b, 1);
       if (!s.ok()) {
         state[b].store(kBad, std::memory_order_release);
-        fail(s.WithContext(read_context));
+        fail(s.WithContext(read_context()));
         return false;
       }
       state[b].store(kVerified, std::memory_order_release);

@@ -6,9 +6,6 @@
 #include <limits>
 #include <string>
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-
 #include "core/units.h"
 #include "offload/device/kernels.h"
 #include "offload/device/optimizer_kernels.h"
@@ -299,11 +296,8 @@ Status OptimizerState::AddSquares(const Part& part, size_t lo, size_t hi, double
         const size_t whole = (hi - i) / kNormChunk;
         if (whole > 1) {
           host_norm_sums_.resize(whole);
-          const float* g = part.At(Array::kGrad, i);
-          tbb::parallel_for(tbb::blocked_range<size_t>(0, whole, 64), [&](const auto& r) {
-            SquaredNormChunkSums(g + r.begin() * kNormChunk, r.size() * kNormChunk,
-                                 host_norm_sums_.data() + r.begin());
-          });
+          ParallelSquaredNormChunkSums(part.At(Array::kGrad, i), whole * kNormChunk,
+                                       host_norm_sums_.data());
           for (size_t c = 0; c + 1 < whole; ++c) *total += host_norm_sums_[c];
           *chunk_sum = host_norm_sums_[whole - 1];
           i += whole * kNormChunk;

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <string>
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
 namespace strata {
 namespace {
 
@@ -166,6 +169,15 @@ void SquaredNormChunkSums(const float* x, size_t numel, double* partials) {
   for (const size_t chunks = SquaredNormChunks(numel); c < chunks; ++c) {
     partials[c] = SquaredNormChunk(x + c * kC, std::min(kC, numel - c * kC));
   }
+}
+
+void ParallelSquaredNormChunkSums(const float* x, size_t numel, double* partials) {
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, SquaredNormChunks(numel), 64),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      const size_t begin = r.begin() * kSquaredNormChunk;
+                      const size_t end = std::min(numel, r.end() * kSquaredNormChunk);
+                      SquaredNormChunkSums(x + begin, end - begin, partials + r.begin());
+                    });
 }
 
 }  // namespace strata

@@ -58,6 +58,8 @@ double SquaredNormChunk(const float* x, size_t n);
 // same bits, several chunks' sums advanced together (independent chains: each chunk is still
 // summed from its first element to its last), so it is not bound by one add's latency.
 void SquaredNormChunkSums(const float* x, size_t numel, double* partials);
+// The same, with the chunks split over the oneTBB threads (runs of 64 chunks; the same bits).
+void ParallelSquaredNormChunkSums(const float* x, size_t numel, double* partials);
 
 // Backend tables (registry.cc picks one by DeviceKind; nullptr if the kind is not built).
 struct OptimizerKernelTable {

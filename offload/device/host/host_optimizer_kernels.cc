@@ -3,8 +3,6 @@
 // the squared norm is the plain loop of Note [Squared-norm order], both run as a host task on the
 // stream's worker. Each launch copies its arguments into one heap block owned by the task
 // (HostTask captures are capped at 48 bytes); one small allocation per step is noise next to it.
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include <cstring>
 #include <memory>
@@ -54,14 +52,8 @@ Status SquaredNormPartials(const Stream& stream, double* partials, const float* 
   auto p = std::make_unique<NormArgs>(NormArgs{partials, src, numel});
   return stream.LaunchHostFunc([p = std::move(p)]() -> Status {
     const NormArgs& a = *p;
-    const size_t chunks = SquaredNormChunks(a.numel);
     // Chunks are independent, so the parallel loop changes no bit.
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, chunks, 64),
-                      [&](const tbb::blocked_range<size_t>& r) {
-                        const size_t begin = r.begin() * kSquaredNormChunk;
-                        const size_t end = std::min(a.numel, r.end() * kSquaredNormChunk);
-                        SquaredNormChunkSums(a.src + begin, end - begin, a.partials + r.begin());
-                      });
+    ParallelSquaredNormChunkSums(a.src, a.numel, a.partials);
     return Status::Ok();
   });
 }
