@@ -259,10 +259,21 @@ uint8_t* AioWorker::BounceFor(int s) {
   return bounce_.bytes() + options_.block_size * static_cast<size_t>(s);
 }
 
+// Note [Reads first]
+// Free slots go to the pieces of queued reads before those of queued writes: a reader waits for
+// its bytes (the optimizer step needs the next sub-group's state to go on), a writer only for its
+// buffer to come back, so a read queued behind a long write no longer waits for all of it. Reads
+// and writes in flight together were never ordered (pieces complete in any order), so no caller
+// relies on a read issued after a write of the same bytes seeing them: it waits for the write.
 void AioWorker::IssuePieces() {
+  for (const bool reads : {true, false}) IssuePieces(reads);
+  SubmitBatch();
+}
+
+void AioWorker::IssuePieces(bool reads) {
   for (Segment& seg : active_) {
     if (free_slots_.empty()) break;
-    if (seg.buffered || !seg.status.ok()) continue;
+    if (seg.buffered || !seg.status.ok() || (seg.op == IoOp::kRead) != reads) continue;
     const bool direct = seg.fd == seg.file->direct_fd;
     while (seg.issued < seg.size && !free_slots_.empty()) {
       const int s = free_slots_.back();
@@ -292,7 +303,6 @@ void AioWorker::IssuePieces() {
       if (options_.single_submit) SubmitBatch();
     }
   }
-  SubmitBatch();
 }
 
 void AioWorker::SubmitRetries() {

@@ -63,7 +63,8 @@ class AioWorker {
   void Run();
   void RunControls(std::deque<Control>& controls);
   void DoBuffered(Segment& seg);
-  void IssuePieces();
+  void IssuePieces();            // reads first (Note [Reads first] in aio_worker.cc)
+  void IssuePieces(bool reads);  // the pieces of queued reads, or of queued writes
   void SubmitRetries();
   void SubmitBatch();
   void Release(int slot);
