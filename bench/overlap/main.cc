@@ -45,7 +45,6 @@
 #include "bench/overlap/bound_parts.h"
 #include "bench/overlap/size_run.h"
 #include "core/flags.h"
-#include "nn/host/host_threads.h"
 
 namespace strata::bench {
 namespace {
@@ -87,7 +86,6 @@ std::vector<std::string> SplitSizes(const std::string& s) {
 int Run(const Options& o) {
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
-  nn::SetHostBlasThreads(static_cast<int>(o.threads));
   llama::LlamaConfig mc;
   if (!o.preset.empty()) {
     Result<llama::LlamaConfig> p = llama::LlamaPreset(o.preset);
@@ -213,7 +211,8 @@ int main(int argc, char** argv) {
                "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
   flags.Bool("no-checksums", &o.no_checksums,
              "strata.swap_checksums false (measures what the swap checksums cost)");
-  flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
+  flags.Int("threads", &o.threads, "threads for oneTBB (GEMMs, kernels) and the CPU optimizer", 1,
+            256);
   std::vector<std::string> positional;
   strata::Status s = flags.Parse(argc, argv, 1, &positional);
   if (!s.ok()) strata::bench::Die(s.message());

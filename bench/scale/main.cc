@@ -39,7 +39,6 @@
 
 #include "bench/overlap/engine_run.h"
 #include "core/flags.h"
-#include "nn/host/host_threads.h"
 #include "tools/strata/cmd_train_memory.h"
 
 namespace strata::bench {
@@ -119,7 +118,6 @@ int Run(Options o) {
   namespace fs = std::filesystem;
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
-  nn::SetHostBlasThreads(static_cast<int>(o.threads));
   const cli::MemoryBaseline base = cli::MemoryBaseline::Take();
   llama::LlamaConfig mc;
   mc.hidden_size = o.hidden;
@@ -318,7 +316,8 @@ int main(int argc, char** argv) {
   flags.Int("param-buffer-count", &o.param_buffers, "offload_param.buffer_count", 1, 64);
   flags.Int("opt-buffer-count", &o.opt_buffers, "offload_optimizer.buffer_count", 1, 64);
   flags.Double("link-gbps", &o.link_gbps, "emulated host<->device link, GB/s (0: unpaced)");
-  flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
+  flags.Int("threads", &o.threads, "threads for oneTBB (GEMMs, kernels) and the CPU optimizer", 1,
+            256);
   flags.Bool("check-disk-only", &o.check_disk_only, "plan, check the disk, and stop");
   std::vector<std::string> positional;
   strata::Status s = flags.Parse(argc, argv, 1, &positional);

@@ -7,8 +7,8 @@
 //
 // `small` is the preset of that name (batch 4 by default); `1b` is TinyLlama-1.1B's shape with
 // --layers-1b decoder layers (batch 1 by default, so a step takes seconds, not minutes). Both
-// fp32. Strata runs on HostDevice with OpenBLAS on --threads threads and oneTBB capped to the
-// same; PyTorch with torch.set_num_threads(--threads). Medians over rounds.
+// fp32. Strata runs on HostDevice with oneTBB (GEMM panels included) capped to --threads
+// threads; PyTorch with torch.set_num_threads(--threads). Medians over rounds.
 //   --json prints {"models": [...], "strata_over_torch": min over models, "gemm_fraction": min}.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +27,6 @@
 
 #include "core/flags.h"
 #include "models/llama/llama_model.h"
-#include "nn/host/host_threads.h"
 #include "nn/op_registry.h"
 #include "offload/device/host/host_device.h"
 
@@ -194,8 +193,7 @@ int main(int argc, char** argv) {
   flags.Int("seq", &seq, "tokens per sequence", 2, 2048);
   flags.Int("steps", &steps, "forward+backward steps per measurement", 1, 1000);
   flags.Int("rounds", &rounds, "interleaved measurement rounds (median)", 1, 100);
-  flags.Int("threads", &threads, "threads for both (OpenBLAS/oneTBB; torch.set_num_threads)", 1,
-            256);
+  flags.Int("threads", &threads, "threads for both (oneTBB; torch.set_num_threads)", 1, 256);
   flags.String("script", &script, "the PyTorch reference script");
   flags.Bool("json", &json, "print one JSON object");
   std::vector<std::string> positional;
@@ -207,7 +205,6 @@ int main(int argc, char** argv) {
   }
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(threads));
-  nn::SetHostBlasThreads(static_cast<int>(threads));
 
   std::vector<ModelResult> results;
   std::stringstream list(models);

@@ -4,8 +4,8 @@
 //             [--dtype fp32|bf16] [--link-gbps 25] [--no-time-copies] [--json]
 //
 // Three variants train the same Llama preset on one fixed batch, on one host-emulated device
-// whose host<->device link is paced at --link-gbps, with the same threads (OpenBLAS and oneTBB
-// capped to --threads; the CPU optimizer runs in that arena):
+// whose host<->device link is paced at --link-gbps, with the same threads (oneTBB, GEMM panels
+// included, capped to --threads; the CPU optimizer runs in that arena):
 //   bare    forward, backward, CPU AdamW over fp32 master weights — nn/ and cpu_adam/ only;
 //   stage0  strata::Engine, zero_optimization.stage 0, optimizer on the device tier;
 //   stage3  the engine at stage 3 + offload_optimizer cpu + offload_param cpu. If Initialize
@@ -41,7 +41,6 @@
 #include "bench/zero_step/variants.h"
 #include "core/flags.h"
 #include "models/llama/llama_config.h"
-#include "nn/host/host_threads.h"
 #include "nn/op_registry.h"
 #include "offload/device/host/host_device.h"
 
@@ -107,7 +106,6 @@ StepTimes TimedStep(Variant& v, CountingDevice& device, const nn::TokenBatch& ba
 int Run(const Options& o) {
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
-  nn::SetHostBlasThreads(static_cast<int>(o.threads));
   llama::LlamaConfig mc = Check(llama::LlamaPreset(o.preset), "--preset");
   const DType dtype = o.dtype == "bf16" ? DType::kBFloat16 : DType::kFloat32;
 
@@ -225,7 +223,8 @@ int main(int argc, char** argv) {
   flags.Int("seq", &o.seq, "tokens per sequence", 2, 4096);
   flags.Int("rounds", &o.rounds, "interleaved measurement rounds (median)", 1, 1000);
   flags.Int("steps", &o.steps, "steps per variant per round", 1, 1000);
-  flags.Int("threads", &o.threads, "threads for OpenBLAS, oneTBB and the CPU optimizer", 1, 256);
+  flags.Int("threads", &o.threads, "threads for oneTBB (GEMMs, kernels) and the CPU optimizer", 1,
+            256);
   flags.Choice("dtype", &o.dtype, {"fp32", "bf16"}, "parameter (compute) dtype");
   flags.Double("link-gbps", &o.link_gbps, "emulated host<->device link, GB/s (0: unpaced)");
   flags.Bytes("device-memory", &o.device_memory, "emulated device memory");

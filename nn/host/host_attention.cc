@@ -5,7 +5,6 @@
 //
 // Backward per (b, h): dP = dO V^T; dS = P * (dP - rowsum(P * dP)) * scale; dQ = dS K;
 // dK += dS^T Q and dV += P^T dO (heads of one kv group accumulate in turn, so no races).
-#include <cblas.h>
 
 #include <chrono>
 #include <cstring>
@@ -77,13 +76,11 @@ Status HostAttentionForward(const AttentionArgs& a) {
       const float* v = a.v + l.kv_off(b, h);
       float* p = a.probs + l.p_off(b, h);
       auto t0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, a.scale, q,
-                  static_cast<int>(l.q_ld), k, static_cast<int>(l.kv_ld), 0.0f, p, T);
+      Sgemm(false, true, T, T, D, a.scale, q, l.q_ld, k, l.kv_ld, 0.0f, p, T);
       auto t1 = Clock::now();
       ParallelFor(0, l.T, [&](int64_t i) { SoftmaxCausalRow(p + i * l.T, i, l.T); });
       auto t2 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, T, v,
-                  static_cast<int>(l.kv_ld), 0.0f, a.out + l.q_off(b, h), static_cast<int>(l.q_ld));
+      Sgemm(false, false, T, D, T, 1.0f, p, T, v, l.kv_ld, 0.0f, a.out + l.q_off(b, h), l.q_ld);
       gemm_ns += Ns(t0, t1) + Ns(t2, Clock::now());
     }
   }
@@ -112,20 +109,16 @@ Status HostAttentionBackward(const AttentionArgs& a) {
       const float* p = a.probs + l.p_off(b, h);
       const float* dout = a.dout + l.q_off(b, h);
       auto t0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, dout, q_ld, v, kv_ld,
-                  0.0f, ds, T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, p, T, dout, q_ld, 1.0f,
-                  a.dv + l.kv_off(b, h), kv_ld);
+      Sgemm(false, true, T, T, D, 1.0f, dout, q_ld, v, kv_ld, 0.0f, ds, T);
+      Sgemm(true, false, T, D, T, 1.0f, p, T, dout, q_ld, 1.0f, a.dv + l.kv_off(b, h), kv_ld);
       auto t1 = Clock::now();
       ParallelFor(0, l.T, [&](int64_t i) {
         SoftmaxBackwardRow(p + i * l.T, ds + i * l.T, i + 1, a.scale);
         for (int64_t j = i + 1; j < l.T; ++j) ds[i * l.T + j] = 0.0f;
       });
       auto t2 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, ds, T, k, kv_ld, 0.0f,
-                  a.dq + l.q_off(b, h), q_ld);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, ds, T, q, q_ld, 1.0f,
-                  a.dk + l.kv_off(b, h), kv_ld);
+      Sgemm(false, false, T, D, T, 1.0f, ds, T, k, kv_ld, 0.0f, a.dq + l.q_off(b, h), q_ld);
+      Sgemm(true, false, T, D, T, 1.0f, ds, T, q, q_ld, 1.0f, a.dk + l.kv_off(b, h), kv_ld);
       gemm_ns += Ns(t0, t1) + Ns(t2, Clock::now());
     }
   }

@@ -1,13 +1,14 @@
-// Host GEMM: OpenBLAS cblas_sgemm on fp32; 16-bit operands are converted to fp32 scratch first
-// (rows in parallel with oneTBB, before BLAS starts) and a 16-bit C is accumulated through an
-// fp32 scratch product, rounded once.
+// Host GEMM: OpenBLAS cblas_sgemm on fp32, cut into panels run as oneTBB tasks (Note [GEMM
+// panels]); 16-bit operands are converted to fp32 scratch first (rows in parallel with oneTBB,
+// before BLAS starts) and a 16-bit C is accumulated through an fp32 scratch product, rounded once.
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <vector>
 
 #include "nn/host/host_ops.h"
-#include "nn/host/host_threads.h"
 #include "nn/host/simd.h"
 
 namespace strata::nn::internal {
@@ -32,6 +33,52 @@ const float* ToFloat(const void* src, DType t, int64_t rows, int64_t cols, int64
 
 }  // namespace
 
+// Note [GEMM panels]
+// OpenBLAS runs single-threaded here and the parallelism is oneTBB's. Its own pool splits a GEMM
+// statically between its threads, so one thread preempted by another part of the step (CPU Adam,
+// the link copies, the aio threads: they share this machine's cores) stalls the whole GEMM, and
+// after each call its threads spin on sched_yield for ~0.1 s (OpenBLAS's THREAD_TIMEOUT), which
+// took ~0.1 s of CPU per overlapped ZeRO-Infinity step (perf). Instead C is cut into panels of
+// rows (or of columns, when it is wider than tall) sized by the work only, each at least
+// kPanelFlops and a multiple of kPanelAlign rows or columns, and the panels are oneTBB tasks:
+// they share the workers with every other parallel loop and are stolen by whichever thread is
+// free. Each element of C is still one dot product over all of k in OpenBLAS's order, and the
+// cut depends on the shape alone, so the results do not depend on the number of threads.
+void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  static std::once_flag single;
+  std::call_once(single, [] { openblas_set_num_threads(1); });
+  constexpr double kPanelFlops = 4e6;
+  constexpr int64_t kMaxPanels = 16, kPanelAlign = 16;
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+  auto gemm = [&](int64_t rows, int64_t cols, const float* pa, const float* pb, float* pc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(rows), static_cast<int>(cols),
+                static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb, static_cast<int>(ldb),
+                beta, pc, static_cast<int>(ldc));
+  };
+  const bool by_rows = m >= n;
+  const int64_t dim = by_rows ? m : n;
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t want =
+      std::clamp<int64_t>(static_cast<int64_t>(flops / kPanelFlops), 1, kMaxPanels);
+  const int64_t width = (((dim + want - 1) / want + kPanelAlign - 1) / kPanelAlign) * kPanelAlign;
+  const int64_t panels = width > 0 ? (dim + width - 1) / width : 1;
+  if (panels <= 1) {
+    gemm(m, n, a, b, c);
+    return;
+  }
+  ParallelFor(0, panels, [&](int64_t p) {
+    const int64_t lo = p * width, len = std::min(dim, lo + width) - lo;
+    if (by_rows) {  // rows [lo, lo + len) of op(A) and C
+      gemm(len, n, trans_a ? a + lo : a + lo * lda, b, c + lo * ldc);
+    } else {  // columns [lo, lo + len) of op(B) and C
+      gemm(m, len, a, trans_b ? b + lo * ldb : b + lo, c + lo);
+    }
+  });
+}
+
 Status HostGemm(const GemmArgs& g) {
   // op(A) [m, k] is stored as [m, k] (or [k, m] transposed); same for B.
   const int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
@@ -55,21 +102,15 @@ Status HostGemm(const GemmArgs& g) {
                   g.ldb, 1);
       ldb = b_cols;
     }
-    const CBLAS_TRANSPOSE ta = g.trans_a ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE tb = g.trans_b ? CblasTrans : CblasNoTrans;
     if (g.c_dtype == DType::kFloat32) {
       float* c = static_cast<float*>(g.c) + i * g.stride_c;
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n),
-                  static_cast<int>(g.k), g.alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), g.beta, c, static_cast<int>(g.ldc));
+      Sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, c, g.ldc);
     } else {
       // beta == 1 (checked): C16 += alpha * op(A) op(B), through fp32.
       std::vector<float>& tmp = Scratch(2);
       const size_t need = static_cast<size_t>(g.m * g.n);
       if (tmp.size() < need) tmp.resize(need);
-      cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n),
-                  static_cast<int>(g.k), g.alpha, a, static_cast<int>(lda), b,
-                  static_cast<int>(ldb), 0.0f, tmp.data(), static_cast<int>(g.n));
+      Sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, 0.0f, tmp.data(), g.n);
       void* c = static_cast<uint16_t*>(g.c) + i * g.stride_c;
       const float* t = tmp.data();
       ParallelFor(0, g.m, [&](int64_t r) {
@@ -81,10 +122,3 @@ Status HostGemm(const GemmArgs& g) {
 }
 
 }  // namespace strata::nn::internal
-
-namespace strata::nn {
-
-void SetHostBlasThreads(int threads) { openblas_set_num_threads(threads); }
-int HostBlasThreads() { return openblas_get_num_threads(); }
-
-}  // namespace strata::nn

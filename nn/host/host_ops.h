@@ -1,8 +1,9 @@
 // The host (CPU) backend of the nn op set: the op table registered for DeviceKind::kHost and the
 // kernels behind it. Every op is enqueued with Stream::LaunchHostFunc and runs on the stream's
-// worker: GEMMs in OpenBLAS (its own threads), everything else in vectorised loops split over
-// rows with oneTBB — never both at once in one op, so the two thread pools do not fight over the
-// cores. Kernels run synchronously when called directly (tests of internals, benchmarks).
+// worker: GEMMs in single-threaded OpenBLAS calls on panels of C run as oneTBB tasks (Note [GEMM
+// panels] in host_gemm.cc), everything else in vectorised loops split over rows with oneTBB: one
+// thread pool, bounded by the caller's tbb::global_control / task_arena. Kernels run
+// synchronously when called directly (tests of internals, benchmarks).
 #pragma once
 
 #include "nn/op_registry.h"
@@ -14,6 +15,10 @@ const OpTable& HostOpTable();
 
 // Synchronous kernels (argument checks done by nn/ops.cc).
 Status HostGemm(const GemmArgs& a);
+// Row-major fp32 C = alpha op(A) op(B) + beta C, C [m, n], as cblas_sgemm, in panels (Note [GEMM
+// panels]): every host GEMM goes through it.
+void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 Status HostAttentionForward(const AttentionArgs& a);
 Status HostAttentionBackward(const AttentionArgs& a);
 Status HostCrossEntropyForward(const CrossEntropyArgs& a);
