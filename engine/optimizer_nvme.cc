@@ -152,30 +152,38 @@ uint64_t NvmeOptimizerState::cpu_bytes() const {
   return swapper_->buffer_bytes() + grad_slab_.size() + stage_.size() * sizeof(float);
 }
 
-void NvmeOptimizerState::SumNormChunks(size_t first, size_t last) const {
-  // Chunks are independent: computed in parallel, in runs of those not summed yet.
-  tbb::parallel_for(tbb::blocked_range<size_t>(first, last, 64), [&](const auto& r) {
-    for (size_t k = r.begin(); k < r.end();) {
-      if (norm_ready_[k] != 0) {
-        ++k;
-        continue;
-      }
-      size_t e = k;
-      while (e < r.end() && norm_ready_[e] == 0) ++e;
-      const size_t b = k * kSquaredNormChunk, stop = std::min(numel_, e * kSquaredNormChunk);
-      SquaredNormChunkSums(grad_ + b, stop - b, norm_sums_.data() + k);
-      std::fill(norm_ready_.begin() + static_cast<std::ptrdiff_t>(k),
-                norm_ready_.begin() + static_cast<std::ptrdiff_t>(e), 1);
-      k = e;
+void NvmeOptimizerState::SumNormChunksHere(size_t first, size_t last) const {
+  for (size_t k = first; k < last;) {  // in runs of chunks not summed yet
+    if (norm_ready_[k] != 0) {
+      ++k;
+      continue;
     }
-  });
+    size_t e = k;
+    while (e < last && norm_ready_[e] == 0) ++e;
+    const size_t b = k * kSquaredNormChunk, stop = std::min(numel_, e * kSquaredNormChunk);
+    SquaredNormChunkSums(grad_ + b, stop - b, norm_sums_.data() + k);
+    std::fill(norm_ready_.begin() + static_cast<std::ptrdiff_t>(k),
+              norm_ready_.begin() + static_cast<std::ptrdiff_t>(e), 1);
+    k = e;
+  }
 }
 
-void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
+void NvmeOptimizerState::SumNormChunks(size_t first, size_t last) const {
+  // Chunks are independent: computed in parallel.
+  tbb::parallel_for(tbb::blocked_range<size_t>(first, last, 64),
+                    [&](const auto& r) { SumNormChunksHere(r.begin(), r.end()); });
+}
+
+std::pair<size_t, size_t> NvmeOptimizerState::WholeChunks(size_t begin, size_t end) const {
   end = std::min(end, numel_);
   // The chunks wholly inside [begin, end); the last chunk of the partition may be short.
   const size_t first = (begin + kSquaredNormChunk - 1) / kSquaredNormChunk;
   const size_t last = end == numel_ ? norm_sums_.size() : end / kSquaredNormChunk;
+  return {first, std::max(first, last)};
+}
+
+void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
+  const auto [first, last] = WholeChunks(begin, end);
   if (first < last) SumNormChunks(first, last);
 }
 
@@ -458,7 +466,8 @@ Status NvmeOptimizerState::PrepareSubGroupSteps() {
 
 Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams& hp,
                                           float grad_scale, float* master, float* exp_avg,
-                                          float* exp_avg_sq, void* param_copy, DType copy_dtype) {
+                                          float* exp_avg_sq, void* param_copy, DType copy_dtype,
+                                          bool grad_checks) {
   if (i < 0 || i >= num_sub_groups()) {
     return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
                                 " (there are " + std::to_string(num_sub_groups()) + ")");
@@ -473,7 +482,10 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
     const OptimizerSwapper::StateView v =
         swapper_->BufferState(swap_index_[static_cast<size_t>(i)], at);
     if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
-      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype);
+      STRATA_RETURN_IF_ERROR(UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale,
+                                         param_copy, copy_dtype, grad_checks));
+      if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);  // chunks across the edges
+      return Status::Ok();
     }
   }
   StepTensors t;
@@ -496,6 +508,7 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
       optimizer_.StepAt(hp, step, t, so)
           .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
   if (fp32_copy) std::memcpy(copy, master, n * sizeof(float));
+  if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);
   return Status::Ok();
 }
 

@@ -39,6 +39,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aio/aio_handle.h"
@@ -149,8 +150,12 @@ class NvmeOptimizerState {
   // the update is fused with the swap checksums (optimizer_nvme_fused.cc): the read's blocks are
   // verified just before Adam first touches them and the write's hashed right after (WriteBack
   // then submits with those sums); a mismatch is DataLoss and drops the slot, nothing is written.
+  // With grad_checks (the overlapped step's worker, once the sub-group's gradients are final),
+  // the update also takes PrecomputeGradChecks' chunk sums of its range; fused, each tile sums its
+  // chunks right after Adam has read its gradients (they are in cache).
   Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
-                        float* exp_avg, float* exp_avg_sq, void* param_copy, DType copy_dtype);
+                        float* exp_avg, float* exp_avg_sq, void* param_copy, DType copy_dtype,
+                        bool grad_checks = false);
   Status WriteSubGroup(int i, const float* master, const float* exp_avg, const float* exp_avg_sq);
 
   // --- The asynchronous path (see the top of this file) ---
@@ -253,7 +258,7 @@ class NvmeOptimizerState {
   void StartRead(int i, size_t k);
   // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
   Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,
-                     void* param_copy, DType copy_dtype);
+                     void* param_copy, DType copy_dtype, bool grad_checks);
   // Verifies the blocks of slot k's deferred read not verified yet (all at once, from memory).
   Status VerifyRest(size_t k);
   // The async path of StepExcept.
@@ -283,7 +288,10 @@ class NvmeOptimizerState {
   // this step's (PrecomputeGradChecks, GradHasNonFinite); SumNormChunks fills the rest.
   mutable std::vector<double> norm_sums_;
   mutable std::vector<char> norm_ready_;
-  void SumNormChunks(size_t first, size_t last) const;  // chunk indices [first, last)
+  void SumNormChunks(size_t first, size_t last) const;      // chunk indices [first, last)
+  void SumNormChunksHere(size_t first, size_t last) const;  // the same on the calling thread
+  // The chunk indices wholly inside elements [begin, end).
+  std::pair<size_t, size_t> WholeChunks(size_t begin, size_t end) const;
   // StepExcept's per-sub-group NVMe bytes, and whether the last step went through the swapper
   // (AddTo then adds its figures).
   uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;

@@ -44,7 +44,8 @@ size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // (tests/engine/nvme/optimizer_nvme_fused_test.cc). A mismatch stops every tile not started,
 // drops the slot (its buffer is part-updated) and writes nothing.
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
-                                       float grad_scale, void* param_copy, DType copy_dtype) {
+                                       float grad_scale, void* param_copy, DType copy_dtype,
+                                       bool grad_checks) {
   Slot& slot = slots_[k];
   const SubGroup& g = groups_[static_cast<size_t>(i)];
   const size_t n = Numel(g);
@@ -54,8 +55,15 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   const size_t part = swapper_->part_bytes(idx);
   const size_t total = 3 * part;
   const size_t blocks = swapper_->num_blocks(idx);
+  // Tiles on the partition's multiples of the tile size (a multiple of the norm's chunk when
+  // tile_numel is, as by default), so a tile holds whole chunks but at the sub-group's edges.
   const size_t tile = std::max<size_t>(optimizer_.options().tile_numel, 64);
-  const size_t tiles = (n + tile - 1) / tile;
+  const size_t lead = g.flat_begin % tile;  // elements of the first tile before the sub-group
+  const size_t tiles = (lead + n + tile - 1) / tile;
+  auto tile_range = [&](size_t t) {
+    return std::pair<size_t, size_t>(t == 0 ? 0 : t * tile - lead,
+                                     std::min(n, (t + 1) * tile - lead));
+  };
   const OptimizerSwapper::StateView v = swapper_->BufferState(idx, buffer);
   const auto* bytes = reinterpret_cast<const uint8_t*>(v.params);
   // Blocks [first, last] of part j that elements [e0, e1) touch.
@@ -78,8 +86,9 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     state[b].store(todo ? kUnverified : kVerified, std::memory_order_relaxed);
   }
   for (size_t t = 0; t < tiles; ++t) {
+    const auto [e0, e1] = tile_range(t);
     for (size_t j = 0; j < 3; ++j) {
-      const auto [first, last] = block_range(j, t * tile, std::min(n, (t + 1) * tile));
+      const auto [first, last] = block_range(j, e0, e1);
       for (size_t b = first; b <= last; ++b) pending[b].fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -134,7 +143,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   so.grad_scale = grad_scale;
   auto run_tile = [&](size_t t) {
     if (failed.load(std::memory_order_relaxed)) return;
-    const size_t e0 = t * tile, e1 = std::min(n, e0 + tile);
+    const auto [e0, e1] = tile_range(t);
     for (size_t j = 0; j < 3; ++j) {
       const auto [first, last] = block_range(j, e0, e1);
       for (size_t b = first; b <= last; ++b) {
@@ -156,6 +165,11 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
       return;
     }
     if (fp32_copy) std::memcpy(copy + e0 * cbytes, v.params + e0, (e1 - e0) * sizeof(float));
+    if (grad_checks) {  // the tile's gradients were just read: their norm chunks (Note [Fused
+                        // checksums])
+      const auto [c0, c1] = WholeChunks(g.flat_begin + e0, g.flat_begin + e1);
+      SumNormChunksHere(c0, c1);
+    }
     for (size_t j = 0; j < 3; ++j) {
       const auto [first, last] = block_range(j, e0, e1);
       for (size_t b = first; b <= last; ++b) {

@@ -336,9 +336,6 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The next reads go in flight first; then only this sub-group's own read is waited for.
     bool helps = false;
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
-    // While its read may still be in flight: the norm's and the overflow check's chunk sums of
-    // its (final) gradients, so the step does not sum them after backward.
-    nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     const std::span<const int> keep =
         std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), nvme->num_slots()));
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
@@ -351,9 +348,11 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
       std::memcpy(kept->state.data() + n, v->exp_avg, n * sizeof(float));
       std::memcpy(kept->state.data() + 2 * n, v->exp_avg_sq, n * sizeof(float));
     }
+    // With the norm's and the overflow check's chunk sums of its (final) gradients, so the step
+    // does not sum them after backward.
     STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale,
                                                 v->params, v->exp_avg, v->exp_avg_sq, o_.param_copy,
-                                                o_.copy_dtype));
+                                                o_.copy_dtype, /*grad_checks=*/true));
     STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
   }
   const double ms = NowMs() - t0;

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -202,6 +204,83 @@ INSTANTIATE_TEST_SUITE_P(Modes, NvmeFusedBitwiseTest,
                                            FusedMode{DType::kBFloat16, false, true},
                                            FusedMode{DType::kBFloat16, true, false}),
                          FusedModeName);
+
+// The squared norm in the order of Note [Squared-norm order], written out plainly: chunks of
+// 4096 summed in double from first to last, the chunk sums added left to right.
+double PlainSquaredNorm(const std::vector<float>& g) {
+  double total = 0;
+  for (size_t c = 0; c < g.size(); c += 4096) {
+    double s = 0;
+    for (size_t i = c; i < std::min(g.size(), c + 4096); ++i) s += double(g[i]) * double(g[i]);
+    total += s;
+  }
+  return total;
+}
+
+// The overlapped worker's update with grad_checks takes the norm's chunk sums of its sub-group
+// (in the fused tiles, or after the plain update without checksums), chunks across sub-group
+// edges included; the step's GradSquaredNorm then sums only what is left and has the plain
+// loop's bits, and the overflow check sees a NaN in any sub-group.
+TEST(NvmeFusedNormTest, UpdatesTakeTheNormsChunkSumsWithThePlainLoopsBits) {
+  for (const bool checksums : {true, false}) {
+    ScratchDir dir;
+    // Sub-groups start at multiples of 64, not of the norm's 4096-element chunk.
+    const std::vector<size_t> numels = {1000, 300'001, 524'305, 77, 262'144, 33};
+    const PartitionLayout layout = PartitionLayout::Create(numels, 1, 0, 64).value();
+    const std::vector<SubGroup> groups = layout.SubGroups(250'000);
+    ASSERT_GE(groups.size(), 3u);
+    const size_t n = layout.partition_numel();
+    auto nvme =
+        NvmeOptimizerState::Create(layout, groups, Options(dir, 2, checksums), nullptr, nullptr);
+    ASSERT_THAT(nvme.status(), IsOk());
+    NvmeOptimizerState& s = **nvme;
+    std::mt19937_64 rng(TestSeed() + (checksums ? 1 : 2));
+    ASSERT_THAT(
+        s.WriteState(0, Normal(n, rng, 1), Normal(n, rng, 0.1f), Normal(n, rng, 0.01f, true)),
+        IsOk());
+    ASSERT_THAT(s.Flush(), IsOk());
+    const int sgs = s.num_sub_groups();
+    for (int step = 1; step <= 2; ++step) {
+      std::vector<float> g = Normal(n, rng, 0.1f);
+      if (step == 2) g[groups[1].flat_begin + 5000] = std::nanf("");
+      s.ZeroGrad();
+      std::memcpy(s.grad(), g.data(), n * 4);
+      ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
+      for (int i = sgs - 1; i >= 0; --i) {  // backward's order: i, then i - 1, ...
+        std::vector<int> wanted;
+        for (int j = i; j >= 0; --j) wanted.push_back(j);
+        bool helps = false;
+        ASSERT_THAT(s.ReadAhead(wanted, &helps), IsOk());
+        const std::span<const int> keep =
+            std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), 2));
+        auto st = s.AcquireState(i, keep, true);
+        ASSERT_THAT(st.status(), IsOk());
+        ASSERT_THAT(s.UpdateSubGroup(i, step, TestHyperparams(), 1.0f, st->params, st->exp_avg,
+                                     st->exp_avg_sq, nullptr, DType::kFloat32,
+                                     /*grad_checks=*/true),
+                    IsOk());
+        ASSERT_THAT(s.WriteBack(i), IsOk());
+      }
+      if (step == 2) {
+        EXPECT_TRUE(s.GradHasNonFinite(0, n));
+        continue;
+      }
+      const double want = PlainSquaredNorm(g);
+      // The sums were taken during the updates: a gradient changed now (inside a whole chunk of
+      // sub-group 1) is not seen, which shows the step reuses them instead of summing again.
+      s.grad()[groups[1].flat_begin + 8192 + 100] += 1000.0f;
+      EXPECT_FALSE(s.GradHasNonFinite(0, n));
+      const double got = s.GradSquaredNorm(0, n);
+      EXPECT_EQ(0, std::memcmp(&got, &want, sizeof(double)))
+          << "checksums " << checksums << ": " << got << " vs " << want;
+      // GradSquaredNorm forgot them: asked again, it sums the gradients as they are now.
+      std::vector<float> now(s.grad(), s.grad() + n);
+      const double again = s.GradSquaredNorm(0, n), plain = PlainSquaredNorm(now);
+      EXPECT_EQ(0, std::memcmp(&again, &plain, sizeof(double)));
+    }
+    ASSERT_THAT(s.DrainAsync(), IsOk());
+  }
+}
 
 // One sub-group of 700,001 elements: parts of 2,801,664 bytes, so blocks 2 (params | exp_avg)
 // and 5 (exp_avg | exp_avg_sq) straddle two parts.
