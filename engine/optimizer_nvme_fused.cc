@@ -42,7 +42,10 @@ size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // computes every element by the same instruction sequence whatever the range
 // (cpu_adam/cpu_optimizer.h), so the tiles give the bits of one call over the sub-group
 // (tests/engine/nvme/optimizer_nvme_fused_test.cc). A mismatch stops every tile not started,
-// drops the slot (its buffer is part-updated) and writes nothing.
+// drops the slot (its buffer is part-updated) and writes nothing. With grad_checks the tile also
+// takes the gradient norm's chunk sums of its gradients while they are in cache: the tiles lie on
+// the partition's multiples of tile_numel (a multiple of the norm's chunk by default), so each
+// holds whole chunks except at the sub-group's edges, which UpdateSubGroup sums after.
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
                                        float grad_scale, void* param_copy, DType copy_dtype,
                                        bool grad_checks) {
