@@ -10,6 +10,11 @@
 //
 // Thread safety: every method may be called from any thread concurrently. A buffer must stay
 // valid, and (for writes) unmodified, until the request's future is ready.
+//
+// Ordering: requests in flight are not ordered. A thread issues the pieces of queued reads before
+// those of queued writes (a write waits for at most queue_depth read pieces in a row: Note [Reads
+// first] in aio_worker.cc), and pieces complete in any order, so a read of bytes being written
+// must wait for the write's future first.
 #pragma once
 
 #include <cstdint>

@@ -262,18 +262,24 @@ uint8_t* AioWorker::BounceFor(int s) {
 // Note [Reads first]
 // Free slots go to the pieces of queued reads before those of queued writes: a reader waits for
 // its bytes (the optimizer step needs the next sub-group's state to go on), a writer only for its
-// buffer to come back, so a read queued behind a long write no longer waits for all of it. Reads
-// and writes in flight together were never ordered (pieces complete in any order), so no caller
-// relies on a read issued after a write of the same bytes seeing them: it waits for the write.
+// buffer to come back, so a read queued behind a long write no longer waits for all of it. The
+// priority is bounded: after queue_depth read pieces in a row the writes' pieces go first for a
+// round, so a steady stream of reads cannot hold a write back for ever. Reads and writes in
+// flight together were never ordered (pieces complete in any order), so no caller relies on a
+// read issued after a write of the same bytes seeing them: it waits for the write (aio_handle.h).
 void AioWorker::IssuePieces() {
-  for (const bool reads : {true, false}) IssuePieces(reads);
+  const bool writes_turn = reads_in_a_row_ >= slots_.size();
+  for (const IoOp op :
+       {writes_turn ? IoOp::kWrite : IoOp::kRead, writes_turn ? IoOp::kRead : IoOp::kWrite}) {
+    IssuePiecesOf(op);
+  }
   SubmitBatch();
 }
 
-void AioWorker::IssuePieces(bool reads) {
+void AioWorker::IssuePiecesOf(IoOp op) {
   for (Segment& seg : active_) {
     if (free_slots_.empty()) break;
-    if (seg.buffered || !seg.status.ok() || (seg.op == IoOp::kRead) != reads) continue;
+    if (seg.buffered || !seg.status.ok() || seg.op != op) continue;
     const bool direct = seg.fd == seg.file->direct_fd;
     while (seg.issued < seg.size && !free_slots_.empty()) {
       const int s = free_slots_.back();
@@ -299,6 +305,7 @@ void AioWorker::IssuePieces(bool reads) {
       seg.issued += sl.size;
       ++seg.inflight;
       ++inflight_;
+      reads_in_a_row_ = op == IoOp::kRead ? reads_in_a_row_ + 1 : 0;
       batch_.push_back(MakeRequest(s));
       if (options_.single_submit) SubmitBatch();
     }

@@ -63,8 +63,8 @@ class AioWorker {
   void Run();
   void RunControls(std::deque<Control>& controls);
   void DoBuffered(Segment& seg);
-  void IssuePieces();            // reads first (Note [Reads first] in aio_worker.cc)
-  void IssuePieces(bool reads);  // the pieces of queued reads, or of queued writes
+  void IssuePieces();           // reads first (Note [Reads first] in aio_worker.cc)
+  void IssuePiecesOf(IoOp op);  // the pieces of queued requests of one kind
   void SubmitRetries();
   void SubmitBatch();
   void Release(int slot);
@@ -105,6 +105,7 @@ class AioWorker {
   std::vector<int> retry_;  // slots to resubmit (EAGAIN, short transfer, partial submit)
   std::vector<IoCompletion> completions_;
   int inflight_ = 0;
+  size_t reads_in_a_row_ = 0;  // read pieces issued since the last write piece
   // Overlap mode: how long the next Reap may wait while there is room for more pieces (Note
   // [Waiting with room] in aio_worker.cc).
   int64_t room_wait_us_;

@@ -1,6 +1,7 @@
 // A read queued behind a long write on the same aio thread gets the next free slots instead of
 // waiting for every piece of the write (Note [Reads first] in aio/aio_worker.cc): the optimizer
 // step waits for its next sub-group's read while the last ones are written back.
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -43,7 +44,8 @@ class RecordingEngine final : public IoEngineWrapper {
       if (first) {
         shared_->in_first_submit = true;
         shared_->cv.notify_all();
-        shared_->cv.wait(lock, [&] { return shared_->release; });
+        // Bounded: a failure elsewhere must fail the test, not hang it.
+        shared_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return shared_->release; });
       }
     }
     return target().Submit(r);
@@ -88,7 +90,9 @@ TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) 
   AioFuture w = (*h)->SubmitWrite(big, data->bytes(), kBytes, 0);
   {
     std::unique_lock lock(shared.mu);
-    shared.cv.wait(lock, [&] { return shared.in_first_submit; });
+    ASSERT_TRUE(shared.cv.wait_for(lock, std::chrono::seconds(30), [&] {
+      return shared.in_first_submit;
+    })) << "the write never reached the engine";
   }
   AioFuture r = (*h)->SubmitRead(small, back->bytes(), 4096, 0);
   {
@@ -118,6 +122,73 @@ TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) 
   ASSERT_THAT(check.status(), IsOk());
   ASSERT_THAT((*h)->Pread(big, check->bytes(), kBytes, 0), IsOk());
   EXPECT_EQ(std::memcmp(check->bytes(), data->bytes(), kBytes), 0);
+}
+
+// The priority is bounded: with a stream of reads queued, a write still goes out after at most
+// queue_depth read pieces in a row, not after all of them.
+TEST(AioReadsFirstTest, AStreamOfReadsDoesNotHoldAWriteBackForEver) {
+  STRATA_AIO_OR_SKIP(IoEngineKind::kAuto);
+  RecordingEngine::Shared shared;
+  AioOptions o;
+  o.queue_depth = 2;
+  o.block_size = 4096;
+  o.allow_buffered = true;
+  o.engine_factory = [&shared](int,
+                               const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
+    STRATA_ASSIGN_OR_RETURN(auto real, CreateIoEngine(IoEngineKind::kAuto, eo));
+    return std::unique_ptr<IoEngine>(new RecordingEngine(std::move(real), &shared));
+  };
+  auto h = AioHandle::Create(o);
+  ASSERT_THAT(h.status(), IsOk());
+  ::strata::testing::ScratchDir dir;
+  constexpr size_t kReads = 40;
+  auto src = AlignedBuffer::Allocate(kReads * 4096);
+  auto dst = AlignedBuffer::Allocate(kReads * 4096);
+  auto w = AlignedBuffer::Allocate(4096);
+  ASSERT_THAT(src.status(), IsOk());
+  ASSERT_THAT(dst.status(), IsOk());
+  ASSERT_THAT(w.status(), IsOk());
+  ::strata::testing::FillRandom(src->bytes(), kReads * 4096, 5);
+  ::strata::testing::FillRandom(w->bytes(), 4096, 6);
+  const std::string in = dir.File("in.bin"), out = dir.File("out.bin");
+  ASSERT_THAT((*h)->Pwrite(in, src->bytes(), kReads * 4096, 0), IsOk());
+  {
+    std::lock_guard lock(shared.mu);
+    shared.ops.clear();
+    shared.armed = true;
+  }
+  std::vector<AioFuture> reads;
+  reads.push_back((*h)->SubmitRead(in, dst->bytes(), 4096, 0));
+  {
+    std::unique_lock lock(shared.mu);
+    ASSERT_TRUE(shared.cv.wait_for(lock, std::chrono::seconds(30), [&] {
+      return shared.in_first_submit;
+    })) << "the first read never reached the engine";
+  }
+  for (size_t i = 1; i < kReads; ++i) {
+    reads.push_back((*h)->SubmitRead(in, dst->bytes() + i * 4096, 4096, i * 4096));
+  }
+  AioFuture wf = (*h)->SubmitWrite(out, w->bytes(), 4096, 0);
+  {
+    std::lock_guard lock(shared.mu);
+    shared.release = true;
+  }
+  shared.cv.notify_all();
+  for (AioFuture& f : reads) ASSERT_THAT(f.Wait(), IsOk());
+  ASSERT_THAT(wf.Wait(), IsOk());
+  EXPECT_EQ(std::memcmp(dst->bytes(), src->bytes(), kReads * 4096), 0);
+
+  std::vector<IoOp> ops;
+  {
+    std::lock_guard lock(shared.mu);
+    ops = shared.ops;
+  }
+  ASSERT_EQ(ops.size(), kReads + 1);
+  size_t write_at = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i] == IoOp::kWrite) write_at = i;
+  }
+  EXPECT_LE(write_at, 2 * 2 + 1u) << "the write went out after " << write_at << " read pieces";
 }
 
 }  // namespace
