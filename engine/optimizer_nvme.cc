@@ -482,10 +482,8 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
     const OptimizerSwapper::StateView v =
         swapper_->BufferState(swap_index_[static_cast<size_t>(i)], at);
     if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
-      STRATA_RETURN_IF_ERROR(UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale,
-                                         param_copy, copy_dtype, grad_checks));
-      if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);  // chunks across the edges
-      return Status::Ok();
+      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype,
+                         grad_checks);
     }
   }
   StepTensors t;

@@ -152,7 +152,8 @@ class NvmeOptimizerState {
   // then submits with those sums); a mismatch is DataLoss and drops the slot, nothing is written.
   // With grad_checks (the overlapped step's worker, once the sub-group's gradients are final),
   // the update also takes PrecomputeGradChecks' chunk sums of its range; fused, each tile sums its
-  // chunks right after Adam has read its gradients (they are in cache).
+  // chunks right after Adam has read its gradients (they are in cache), else they are summed after
+  // the update. fuses_updates(): the worker's updates are fused (swap checksums on).
   Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
                         float* exp_avg, float* exp_avg_sq, void* param_copy, DType copy_dtype,
                         bool grad_checks = false);
@@ -181,6 +182,7 @@ class NvmeOptimizerState {
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
   int num_slots() const { return swapper_->num_buffers(); }
+  bool fuses_updates() const { return swapper_->checksums(); }
   struct AsyncStats {
     uint64_t bytes_read = 0, bytes_written = 0;
     double wait_ms = 0;  // blocked on a read or a write

@@ -14,6 +14,7 @@
 #include <oneapi/tbb/partitioner.h>
 
 #include "engine/optimizer_nvme.h"
+#include "offload/device/optimizer_kernel_args.h"
 
 namespace strata {
 namespace {
@@ -45,7 +46,7 @@ size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // drops the slot (its buffer is part-updated) and writes nothing. With grad_checks the tile also
 // takes the gradient norm's chunk sums of its gradients while they are in cache: the tiles lie on
 // the partition's multiples of tile_numel (a multiple of the norm's chunk by default), so each
-// holds whole chunks except at the sub-group's edges, which UpdateSubGroup sums after.
+// holds whole chunks; the chunks across the sub-group's edges are left to the step's norm.
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
                                        float grad_scale, void* param_copy, DType copy_dtype,
                                        bool grad_checks) {
@@ -193,6 +194,8 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     FreeSlot(k);  // the buffer is part-updated: not a valid copy of anything
     return error;
   }
+  // A tile size that is not a multiple of the norm's chunk leaves chunks across tiles: summed here.
+  if (grad_checks && tile % kSquaredNormChunk != 0) PrecomputeGradChecks(g.flat_begin, g.flat_end);
   slot.deferred = false;
   slot.verified.clear();
   slot.write_sums = std::move(sums);

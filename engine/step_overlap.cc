@@ -336,6 +336,11 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The next reads go in flight first; then only this sub-group's own read is waited for.
     bool helps = false;
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
+    // not sum them after backward: fused into the update's tiles (the gradients in cache), or
+    // else now, while its read may still be in flight.
+    const bool fused = nvme->fuses_updates();
+    if (!fused) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     const std::span<const int> keep =
         std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), nvme->num_slots()));
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
@@ -348,11 +353,9 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
       std::memcpy(kept->state.data() + n, v->exp_avg, n * sizeof(float));
       std::memcpy(kept->state.data() + 2 * n, v->exp_avg_sq, n * sizeof(float));
     }
-    // With the norm's and the overflow check's chunk sums of its (final) gradients, so the step
-    // does not sum them after backward.
     STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale,
                                                 v->params, v->exp_avg, v->exp_avg_sq, o_.param_copy,
-                                                o_.copy_dtype, /*grad_checks=*/true));
+                                                o_.copy_dtype, /*grad_checks=*/fused));
     STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
   }
   const double ms = NowMs() - t0;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/log.h"
 #include "nn/host/host_ops.h"
 #include "nn/host/simd.h"
 
@@ -44,12 +45,32 @@ const float* ToFloat(const void* src, DType t, int64_t rows, int64_t cols, int64
 // they share the workers with every other parallel loop and are stolen by whichever thread is
 // free. Each element of C is still one dot product over all of k in OpenBLAS's order, and the
 // cut depends on the shape alone, so the results do not depend on the number of threads.
+GemmCut CutGemm(int64_t m, int64_t n, int64_t k) {
+  constexpr double kPanelFlops = 4e6;
+  constexpr int64_t kMaxPanels = 16, kPanelAlign = 16;
+  GemmCut cut;
+  cut.by_rows = m >= n;
+  const int64_t dim = cut.by_rows ? m : n;
+  const double flops = std::min(
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k), 1e18);
+  const int64_t want =
+      std::clamp<int64_t>(static_cast<int64_t>(flops / kPanelFlops), 1, kMaxPanels);
+  cut.width = (((dim + want - 1) / want + kPanelAlign - 1) / kPanelAlign) * kPanelAlign;
+  cut.panels = cut.width > 0 ? (dim + cut.width - 1) / cut.width : 1;
+  return cut;
+}
+
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   static std::once_flag single;
-  std::call_once(single, [] { openblas_set_num_threads(1); });
-  constexpr double kPanelFlops = 4e6;
-  constexpr int64_t kMaxPanels = 16, kPanelAlign = 16;
+  std::call_once(single, [] {
+    openblas_set_num_threads(1);
+    if (openblas_get_parallel() == 2) {  // OpenMP: the setting is the calling thread's only
+      LogWarning(
+          "nn: OpenBLAS is its OpenMP build: each GEMM panel may start a team of threads "
+          "(install libopenblas0-pthread, or set OMP_NUM_THREADS=1)");
+    }
+  });
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   auto gemm = [&](int64_t rows, int64_t cols, const float* pa, const float* pb, float* pc) {
@@ -57,14 +78,9 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                 static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb, static_cast<int>(ldb),
                 beta, pc, static_cast<int>(ldc));
   };
-  const bool by_rows = m >= n;
-  const int64_t dim = by_rows ? m : n;
-  const double flops =
-      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const int64_t want =
-      std::clamp<int64_t>(static_cast<int64_t>(flops / kPanelFlops), 1, kMaxPanels);
-  const int64_t width = (((dim + want - 1) / want + kPanelAlign - 1) / kPanelAlign) * kPanelAlign;
-  const int64_t panels = width > 0 ? (dim + width - 1) / width : 1;
+  const GemmCut cut = CutGemm(m, n, k);
+  const bool by_rows = cut.by_rows;
+  const int64_t dim = by_rows ? m : n, width = cut.width, panels = cut.panels;
   if (panels <= 1) {
     gemm(m, n, a, b, c);
     return;

@@ -17,6 +17,13 @@ const OpTable& HostOpTable();
 Status HostGemm(const GemmArgs& a);
 // Row-major fp32 C = alpha op(A) op(B) + beta C, C [m, n], as cblas_sgemm, in panels (Note [GEMM
 // panels]): every host GEMM goes through it.
+// How Sgemm cuts C [m, n]: `panels` panels of `width` rows (by_rows) or columns, the last
+// shorter; one panel is not cut.
+struct GemmCut {
+  bool by_rows = true;
+  int64_t width = 0, panels = 1;
+};
+GemmCut CutGemm(int64_t m, int64_t n, int64_t k);
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 Status HostAttentionForward(const AttentionArgs& a);

@@ -4,7 +4,8 @@
 // request completed), async_pread/async_pwrite return 0 and queue the request, wait() blocks
 // until every queued request is done and returns how many there were. Unlike DeepSpeed, a
 // failed or short request is never a count: it raises OSError(errno, message, filename) with
-// `offset` set (a read past the end of a file included).
+// `offset` set (a read past the end of a file included). Queued requests are not ordered (reads
+// go out first, aio/aio_handle.h): wait() for an async_pwrite before reading the bytes it writes.
 //
 // Threads: the GIL is released while requests run (sync calls, wait()). The handle may be used
 // from several Python threads; its bookkeeping is only touched with the GIL held.

@@ -58,6 +58,18 @@ std::vector<float> Product(const Operands& o, float alpha, float beta) {
 // into 3 of rows; 17x19x23 is below one panel (not cut).
 const Shape kShapes[] = {{301, 97, 330}, {45, 611, 200}, {1030, 33, 200}, {17, 19, 23}};
 
+TEST(HostGemmPanelsTest, ShapesAreCutAsDocumented) {
+  const internal::GemmCut want[] = {{true, 80, 4}, {false, 320, 2}, {true, 352, 3}, {false, 32, 1}};
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    const internal::GemmCut c = internal::CutGemm(kShapes[i].m, kShapes[i].n, kShapes[i].k);
+    EXPECT_EQ(c.by_rows, want[i].by_rows) << i;
+    EXPECT_EQ(c.panels, want[i].panels) << i;
+    if (c.panels > 1) {
+      EXPECT_EQ(c.width, want[i].width) << i;
+    }
+  }
+}
+
 TEST(HostGemmPanelsTest, EveryTransposeAndShapeMatchesADoubleProduct) {
   std::mt19937_64 rng(::strata::testing::TestSeed());
   for (const Shape& s : kShapes) {
