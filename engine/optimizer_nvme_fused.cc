@@ -169,8 +169,8 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
       return;
     }
     if (fp32_copy) std::memcpy(copy + e0 * cbytes, v.params + e0, (e1 - e0) * sizeof(float));
-    if (grad_checks) {  // the tile's gradients were just read: their norm chunks (Note [Fused
-                        // checksums])
+    // The tile's gradients were just read: their norm chunks, while in cache.
+    if (grad_checks) {
       const auto [c0, c1] = WholeChunks(g.flat_begin + e0, g.flat_begin + e1);
       SumNormChunksHere(c0, c1);
     }
