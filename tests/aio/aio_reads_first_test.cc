@@ -55,19 +55,23 @@ class RecordingEngine final : public IoEngineWrapper {
   Shared* shared_;
 };
 
-TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) {
-  STRATA_AIO_OR_SKIP(IoEngineKind::kAuto);
-  RecordingEngine::Shared shared;
+// One thread, two pieces in flight, 4 KiB pieces, on a RecordingEngine.
+Result<std::unique_ptr<AioHandle>> RecordingHandle(RecordingEngine::Shared* shared) {
   AioOptions o;
   o.queue_depth = 2;
   o.block_size = 4096;
   o.allow_buffered = true;
-  o.engine_factory = [&shared](int,
-                               const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
+  o.engine_factory = [shared](int, const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
     STRATA_ASSIGN_OR_RETURN(auto real, CreateIoEngine(IoEngineKind::kAuto, eo));
-    return std::unique_ptr<IoEngine>(new RecordingEngine(std::move(real), &shared));
+    return std::unique_ptr<IoEngine>(new RecordingEngine(std::move(real), shared));
   };
-  auto h = AioHandle::Create(o);
+  return AioHandle::Create(o);
+}
+
+TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) {
+  STRATA_AIO_OR_SKIP(IoEngineKind::kAuto);
+  RecordingEngine::Shared shared;
+  auto h = RecordingHandle(&shared);
   ASSERT_THAT(h.status(), IsOk());
   ::strata::testing::ScratchDir dir;
   constexpr size_t kPieces = 32, kBytes = kPieces * 4096;
@@ -129,16 +133,7 @@ TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) 
 TEST(AioReadsFirstTest, AStreamOfReadsDoesNotHoldAWriteBackForEver) {
   STRATA_AIO_OR_SKIP(IoEngineKind::kAuto);
   RecordingEngine::Shared shared;
-  AioOptions o;
-  o.queue_depth = 2;
-  o.block_size = 4096;
-  o.allow_buffered = true;
-  o.engine_factory = [&shared](int,
-                               const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
-    STRATA_ASSIGN_OR_RETURN(auto real, CreateIoEngine(IoEngineKind::kAuto, eo));
-    return std::unique_ptr<IoEngine>(new RecordingEngine(std::move(real), &shared));
-  };
-  auto h = AioHandle::Create(o);
+  auto h = RecordingHandle(&shared);
   ASSERT_THAT(h.status(), IsOk());
   ::strata::testing::ScratchDir dir;
   constexpr size_t kReads = 40;
