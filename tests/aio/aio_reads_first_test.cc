@@ -31,6 +31,30 @@ class RecordingEngine final : public IoEngineWrapper {
     bool armed = false;  // the next Submit is held
     bool in_first_submit = false, release = false;
     std::vector<IoOp> ops;
+
+    // Forgets what was submitted so far and holds the next Submit.
+    void Arm() {
+      std::lock_guard lock(mu);
+      ops.clear();
+      armed = true;
+    }
+    // Whether the held Submit was reached (bounded: a failure must not hang the test).
+    bool WaitHeld() {
+      std::unique_lock lock(mu);
+      return cv.wait_for(lock, std::chrono::seconds(30), [&] { return in_first_submit; });
+    }
+    void Release() {
+      {
+        std::lock_guard lock(mu);
+        release = true;
+      }
+      cv.notify_all();
+    }
+    // The ops submitted since Arm.
+    std::vector<IoOp> Ops() {
+      std::lock_guard lock(mu);
+      return ops;
+    }
   };
   RecordingEngine(std::unique_ptr<IoEngine> target, Shared* shared)
       : IoEngineWrapper(std::move(target)), shared_(shared) {}
@@ -85,36 +109,19 @@ TEST(AioReadsFirstTest, AReadQueuedBehindALongWriteIsIssuedBeforeTheWritesRest) 
   ::strata::testing::FillRandom(other->bytes(), 4096, 4);
   const std::string big = dir.File("big.bin"), small = dir.File("small.bin");
   ASSERT_THAT((*h)->Pwrite(small, other->bytes(), 4096, 0), IsOk());
-  {
-    std::lock_guard lock(shared.mu);
-    shared.ops.clear();
-    shared.armed = true;
-  }
+  shared.Arm();
 
   AioFuture w = (*h)->SubmitWrite(big, data->bytes(), kBytes, 0);
-  {
-    std::unique_lock lock(shared.mu);
-    ASSERT_TRUE(shared.cv.wait_for(lock, std::chrono::seconds(30), [&] {
-      return shared.in_first_submit;
-    })) << "the write never reached the engine";
-  }
+  ASSERT_TRUE(shared.WaitHeld()) << "the write never reached the engine";
   AioFuture r = (*h)->SubmitRead(small, back->bytes(), 4096, 0);
-  {
-    std::lock_guard lock(shared.mu);
-    shared.release = true;
-  }
-  shared.cv.notify_all();
+  shared.Release();
   ASSERT_THAT(w.Wait(), IsOk());
   ASSERT_THAT(r.Wait(), IsOk());
   EXPECT_EQ(std::memcmp(back->bytes(), other->bytes(), 4096), 0);
 
   // The write's first pieces went out before the read arrived; the read's piece goes out with
   // the next free slot, ahead of the ~30 write pieces still queued.
-  std::vector<IoOp> ops;
-  {
-    std::lock_guard lock(shared.mu);
-    ops = shared.ops;
-  }
+  const std::vector<IoOp> ops = shared.Ops();
   ASSERT_EQ(ops.size(), kPieces + 1);
   size_t read_at = ops.size();
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -147,37 +154,20 @@ TEST(AioReadsFirstTest, AStreamOfReadsDoesNotHoldAWriteBackForEver) {
   ::strata::testing::FillRandom(w->bytes(), 4096, 6);
   const std::string in = dir.File("in.bin"), out = dir.File("out.bin");
   ASSERT_THAT((*h)->Pwrite(in, src->bytes(), kReads * 4096, 0), IsOk());
-  {
-    std::lock_guard lock(shared.mu);
-    shared.ops.clear();
-    shared.armed = true;
-  }
+  shared.Arm();
   std::vector<AioFuture> reads;
   reads.push_back((*h)->SubmitRead(in, dst->bytes(), 4096, 0));
-  {
-    std::unique_lock lock(shared.mu);
-    ASSERT_TRUE(shared.cv.wait_for(lock, std::chrono::seconds(30), [&] {
-      return shared.in_first_submit;
-    })) << "the first read never reached the engine";
-  }
+  ASSERT_TRUE(shared.WaitHeld()) << "the first read never reached the engine";
   for (size_t i = 1; i < kReads; ++i) {
     reads.push_back((*h)->SubmitRead(in, dst->bytes() + i * 4096, 4096, i * 4096));
   }
   AioFuture wf = (*h)->SubmitWrite(out, w->bytes(), 4096, 0);
-  {
-    std::lock_guard lock(shared.mu);
-    shared.release = true;
-  }
-  shared.cv.notify_all();
+  shared.Release();
   for (AioFuture& f : reads) ASSERT_THAT(f.Wait(), IsOk());
   ASSERT_THAT(wf.Wait(), IsOk());
   EXPECT_EQ(std::memcmp(dst->bytes(), src->bytes(), kReads * 4096), 0);
 
-  std::vector<IoOp> ops;
-  {
-    std::lock_guard lock(shared.mu);
-    ops = shared.ops;
-  }
+  const std::vector<IoOp> ops = shared.Ops();
   ASSERT_EQ(ops.size(), kReads + 1);
   size_t write_at = ops.size();
   for (size_t i = 0; i < ops.size(); ++i) {

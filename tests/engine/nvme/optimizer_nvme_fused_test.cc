@@ -109,6 +109,13 @@ std::string FusedModeName(const ::testing::TestParamInfo<FusedMode>& i) {
          (i.param.checksums ? "_checksums" : "_nochecksums");
 }
 
+// Parameters of several sizes, none a multiple of the checksum block or of the norm's chunk,
+// aligned to 64 elements.
+PartitionLayout SixParameterLayout() {
+  const std::vector<size_t> numels = {1000, 300'001, 524'305, 77, 262'144, 33};
+  return PartitionLayout::Create(numels, 1, 0, 64).value();
+}
+
 class NvmeFusedBitwiseTest : public ::testing::TestWithParam<FusedMode> {};
 
 // Three steps through the asynchronous path (the overlapped worker's calls, StepExcept's
@@ -117,8 +124,7 @@ class NvmeFusedBitwiseTest : public ::testing::TestWithParam<FusedMode> {};
 TEST_P(NvmeFusedBitwiseTest, AsyncStepsEqualCpuOptimizerStateBitwise) {
   const FusedMode mode = GetParam();
   ScratchDir dir;
-  const std::vector<size_t> numels = {1000, 300'001, 524'305, 77, 262'144, 33};
-  const PartitionLayout layout = PartitionLayout::Create(numels, 1, 0, 64).value();
+  const PartitionLayout layout = SixParameterLayout();
   const std::vector<SubGroup> groups = layout.SubGroups(250'000);
   ASSERT_GE(groups.size(), 3u);
   const size_t n = layout.partition_numel();
@@ -225,8 +231,7 @@ TEST(NvmeFusedNormTest, UpdatesTakeTheNormsChunkSumsWithThePlainLoopsBits) {
   for (const bool checksums : {true, false}) {
     ScratchDir dir;
     // Sub-groups start at multiples of 64, not of the norm's 4096-element chunk.
-    const std::vector<size_t> numels = {1000, 300'001, 524'305, 77, 262'144, 33};
-    const PartitionLayout layout = PartitionLayout::Create(numels, 1, 0, 64).value();
+    const PartitionLayout layout = SixParameterLayout();
     const std::vector<SubGroup> groups = layout.SubGroups(250'000);
     ASSERT_GE(groups.size(), 3u);
     const size_t n = layout.partition_numel();
