@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/log.h"
@@ -44,20 +45,35 @@ const float* ToFloat(const void* src, DType t, int64_t rows, int64_t cols, int64
 // kPanelFlops and a multiple of kPanelAlign rows or columns, and the panels are oneTBB tasks:
 // they share the workers with every other parallel loop and are stolen by whichever thread is
 // free. Each element of C is still one dot product over all of k in OpenBLAS's order, and the
-// cut depends on the shape alone, so the results do not depend on the number of threads.
-GemmCut CutGemm(int64_t m, int64_t n, int64_t k) {
+// cut depends on the shape and the machine's CPU count alone (OpenBLAS's bits depend on the cut:
+// its small-matrix kernels), so the results do not depend on the number of threads a run uses.
+//
+// Two panels per CPU at most: each panel packs the operand it shares with the others (all of
+// op(A) when cut by columns, all of op(B) by rows), so more panels repeat that packing. On 2
+// CPUs, 16 panels against 4 cost ~5% of GEMM throughput in bench/train_step (small 160-167 vs
+// 167-174 GFLOP/s; 1b-shape 258-261 vs 268-270) and ~8% of the overlap bench's compute-bound
+// step; 2 panels per CPU still leave a free thread something to steal.
+GemmCut CutGemm(int64_t m, int64_t n, int64_t k, int64_t max_panels) {
   constexpr double kPanelFlops = 4e6;
-  constexpr int64_t kMaxPanels = 16, kPanelAlign = 16;
+  constexpr int64_t kPanelAlign = 16;
   GemmCut cut;
   cut.by_rows = m >= n;
   const int64_t dim = cut.by_rows ? m : n;
   const double flops = std::min(
       2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k), 1e18);
-  const int64_t want =
-      std::clamp<int64_t>(static_cast<int64_t>(flops / kPanelFlops), 1, kMaxPanels);
+  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(flops / kPanelFlops), 1,
+                                           std::max<int64_t>(1, max_panels));
   cut.width = (((dim + want - 1) / want + kPanelAlign - 1) / kPanelAlign) * kPanelAlign;
   cut.panels = cut.width > 0 ? (dim + cut.width - 1) / cut.width : 1;
   return cut;
+}
+
+int64_t GemmMaxPanels() {
+  // The machine's CPUs, not this process's affinity: ranks bound to a core by mpirun cut as the
+  // unbound process does (OpenBLAS's bits depend on the cut: its small-matrix kernels).
+  static const int64_t panels =
+      std::clamp<int64_t>(2 * static_cast<int64_t>(std::thread::hardware_concurrency()), 2, 16);
+  return panels;
 }
 
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -78,7 +94,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                 static_cast<int>(k), alpha, pa, static_cast<int>(lda), pb, static_cast<int>(ldb),
                 beta, pc, static_cast<int>(ldc));
   };
-  const GemmCut cut = CutGemm(m, n, k);
+  const GemmCut cut = CutGemm(m, n, k, GemmMaxPanels());
   const bool by_rows = cut.by_rows;
   const int64_t dim = by_rows ? m : n, width = cut.width, panels = cut.panels;
   if (panels <= 1) {

@@ -17,13 +17,16 @@ const OpTable& HostOpTable();
 Status HostGemm(const GemmArgs& a);
 // Row-major fp32 C = alpha op(A) op(B) + beta C, C [m, n], as cblas_sgemm, in panels (Note [GEMM
 // panels]): every host GEMM goes through it.
-// How Sgemm cuts C [m, n]: `panels` panels of `width` rows (by_rows) or columns, the last
-// shorter; one panel is not cut.
+// How Sgemm cuts C [m, n]: `panels` (at most max_panels) panels of `width` rows (by_rows) or
+// columns, the last shorter; one panel is not cut.
 struct GemmCut {
   bool by_rows = true;
   int64_t width = 0, panels = 1;
 };
-GemmCut CutGemm(int64_t m, int64_t n, int64_t k);
+GemmCut CutGemm(int64_t m, int64_t n, int64_t k, int64_t max_panels);
+// Sgemm's max_panels: two per CPU of the machine (std::thread::hardware_concurrency, not the
+// affinity or the oneTBB arena), between 2 and 16.
+int64_t GemmMaxPanels();
 void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 Status HostAttentionForward(const AttentionArgs& a);

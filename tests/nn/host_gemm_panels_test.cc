@@ -1,7 +1,7 @@
 // The host GEMM cut into panels of C run as oneTBB tasks (Note [GEMM panels] in
 // nn/host/host_gemm.cc): shapes that are cut by rows and by columns, every transpose, padded
 // leading dimensions, alpha and beta, against a double-precision product; and the same bits
-// whatever the number of threads (the cut depends on the shape alone).
+// whatever the number of threads (the cut depends on the shape and the machine's CPU count).
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -54,20 +54,36 @@ std::vector<float> Product(const Operands& o, float alpha, float beta) {
 }
 
 // Shapes of several panels (each at least 4 MFLOP, a multiple of 16 rows or columns, the last
-// shorter): 301x97x330 is cut into 4 panels of rows, 45x611x200 into 2 of columns, 1030x33x200
-// into 3 of rows; 17x19x23 is below one panel (not cut).
+// shorter): with up to 16 panels, 301x97x330 is cut into 4 panels of rows, 45x611x200 into 2 of
+// columns, 1030x33x200 into 3 of rows; 17x19x23 is below one panel (not cut). With up to 2
+// panels the first and third are cut in 2 (wider panels) and the others as before.
 const Shape kShapes[] = {{301, 97, 330}, {45, 611, 200}, {1030, 33, 200}, {17, 19, 23}};
 
 TEST(HostGemmPanelsTest, ShapesAreCutAsDocumented) {
-  const internal::GemmCut want[] = {{true, 80, 4}, {false, 320, 2}, {true, 352, 3}, {false, 32, 1}};
-  for (size_t i = 0; i < std::size(kShapes); ++i) {
-    const internal::GemmCut c = internal::CutGemm(kShapes[i].m, kShapes[i].n, kShapes[i].k);
-    EXPECT_EQ(c.by_rows, want[i].by_rows) << i;
-    EXPECT_EQ(c.panels, want[i].panels) << i;
-    if (c.panels > 1) {
-      EXPECT_EQ(c.width, want[i].width) << i;
+  struct Case {
+    int64_t max_panels;
+    internal::GemmCut want[4];
+  };
+  const Case cases[] = {
+      {16, {{true, 80, 4}, {false, 320, 2}, {true, 352, 3}, {false, 32, 1}}},
+      {2, {{true, 160, 2}, {false, 320, 2}, {true, 528, 2}, {false, 32, 1}}},
+  };
+  for (const Case& cs : cases) {
+    for (size_t i = 0; i < std::size(kShapes); ++i) {
+      const internal::GemmCut c =
+          internal::CutGemm(kShapes[i].m, kShapes[i].n, kShapes[i].k, cs.max_panels);
+      EXPECT_EQ(c.by_rows, cs.want[i].by_rows) << i << " max " << cs.max_panels;
+      EXPECT_EQ(c.panels, cs.want[i].panels) << i << " max " << cs.max_panels;
+      if (c.panels > 1) {
+        EXPECT_EQ(c.width, cs.want[i].width) << i << " max " << cs.max_panels;
+      }
     }
   }
+  // Two per CPU of the machine, between 2 and 16.
+  const int64_t p = internal::GemmMaxPanels();
+  EXPECT_GE(p, 2);
+  EXPECT_LE(p, 16);
+  EXPECT_EQ(p % 2, 0);
 }
 
 TEST(HostGemmPanelsTest, EveryTransposeAndShapeMatchesADoubleProduct) {
