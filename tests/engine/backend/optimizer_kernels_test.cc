@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "cpu_adam/cpu_optimizer.h"
+#include "offload/device/norm_chunks_avx2.h"
 #include "offload/device/optimizer_kernels.h"
 #include "tests/cpu_adam/optimizer_problem.h"
 #include "tests/engine/backend/backend_devices.h"
@@ -242,8 +243,8 @@ TEST_P(OptimizerKernelsTest, SquaredNormPartialsHaveTheHostLoopsBits) {
   EXPECT_NEAR(total, plain, 1e-12 * plain);
 }
 
-// Many chunks (the host sums eight chunks side by side), a short last one, Inf and NaN: each
-// chunk's sum has the bits of a plain left-to-right double loop over that chunk.
+// Many chunks (the host sums eight chunks side by side: AVX2 or portable body), a short last
+// one, Inf and NaN: each chunk's sum has the bits of a plain left-to-right double loop over it.
 TEST_P(OptimizerKernelsTest, ManyChunksHaveThePlainLoopsBitsOnHostAndBackend) {
   for (const size_t n : {size_t{37} * kSquaredNormChunk + 555, size_t{16} * kSquaredNormChunk,
                          size_t{7} * kSquaredNormChunk + 1, size_t{100}}) {
@@ -261,8 +262,17 @@ TEST_P(OptimizerKernelsTest, ManyChunksHaveThePlainLoopsBitsOnHostAndBackend) {
     for (size_t i = 0; i < n; ++i) {
       want[i / kSquaredNormChunk] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     }
-    std::vector<double> host(chunks, -1.0);
+    std::vector<double> host(chunks, -1.0), scalar(chunks, -1.0), avx2(chunks, -1.0);
     SquaredNormChunkSums(x.data(), n, host.data());
+    // Both bodies it dispatches between (norm_chunks_avx2.h), whatever this CPU picks.
+    internal::SquaredNormChunkSumsScalar(x.data(), n, scalar.data());
+    __builtin_cpu_init();
+    const bool has_avx2 = __builtin_cpu_supports("avx2") != 0;
+    size_t avx2_done = 0;
+    if (has_avx2) {
+      avx2_done = internal::SquaredNormChunkSumsAvx2(x.data(), n / kSquaredNormChunk, avx2.data());
+      EXPECT_EQ(avx2_done, n / kSquaredNormChunk / 8 * 8) << n;
+    }
     DeviceBuffer src(device_.get(), n * sizeof(float)), partials(device_.get(), chunks * 8);
     ASSERT_THAT(Upload(src.ptr, x.data(), n * sizeof(float)), IsOk());
     ASSERT_THAT(LaunchSquaredNormPartials(stream_, static_cast<double*>(partials.ptr), src.f(), n),
@@ -274,6 +284,12 @@ TEST_P(OptimizerKernelsTest, ManyChunksHaveThePlainLoopsBitsOnHostAndBackend) {
           << "n " << n << " chunk " << c << ": " << host[c] << " vs " << want[c];
       EXPECT_EQ(std::memcmp(&got[c], &want[c], sizeof(double)), 0)
           << "n " << n << " chunk " << c << ": " << got[c] << " vs " << want[c];
+      EXPECT_EQ(std::memcmp(&scalar[c], &want[c], sizeof(double)), 0)
+          << "n " << n << " chunk " << c << " (portable body)";
+      if (c < avx2_done) {
+        EXPECT_EQ(std::memcmp(&avx2[c], &want[c], sizeof(double)), 0)
+            << "n " << n << " chunk " << c << " (AVX2 body)";
+      }
     }
   }
 }
