@@ -479,8 +479,7 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
   const int at = slot_of_.empty() ? -1 : slot_of_[static_cast<size_t>(i)];
   if (at >= 0 && swapper_->checksums() &&
       slots_[static_cast<size_t>(at)].state == Slot::State::kValid) {
-    const OptimizerSwapper::StateView v =
-        swapper_->BufferState(swap_index_[static_cast<size_t>(i)], at);
+    const OptimizerSwapper::StateView v = SlotState(static_cast<size_t>(at));
     if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
       return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype,
                          grad_checks);

@@ -18,11 +18,13 @@
 // a corrupted block: DataLoss by its checksum, from swap/), with the sub-group added here.
 //
 // The asynchronous path (optimizer_nvme_async.cc; the overlapped step's worker and StepExcept):
-// sub-group states move through the swapper's `buffer_count` pinned buffers ("slots") with
-// reads issued ahead and writes left in flight (deferred). A slot holds one sub-group: a read in
-// flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in flight
-// (its buffer still holds what is being written, so reading that sub-group again waits for the
-// write and takes the buffer as is). A deferred write is drained before its slot is reused,
+// sub-group states move through the swapper's pinned buffers with reads issued ahead and writes
+// left in flight (deferred). The buffers are used as one region (`buffer_count` x the largest
+// state) in which each state takes its own size ("slots", Note [Slots by size]), so sub-groups
+// smaller than the largest leave room for more of them in flight. A slot holds one sub-group: a
+// read in flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in
+// flight (its buffer still holds what is being written, so reading that sub-group again waits for
+// the write and takes the buffer as is). A deferred write is drained before its slot is reused,
 // before that sub-group is read again, and by every direct call (ReadState, WriteState,
 // ReadSubGroup, WriteSubGroup, Flush, Step) and the destructor; its error fails the call that
 // drains it, naming the sub-group, the swap file and offset.
@@ -161,8 +163,8 @@ class NvmeOptimizerState {
 
   // --- The asynchronous path (see the top of this file) ---
   // Non-blocking: records the I/O that completed, then issues reads of `wanted` (sub-groups in
-  // the order they will be needed; only the first num_slots() count) into free slots or slots
-  // holding a sub-group not among them. *waiting_helps: some of them wait for I/O in flight (a
+  // the order they will be needed; only Window(wanted)) into free room or room held by valid
+  // copies of sub-groups not among them. *waiting_helps: some of them wait for I/O in flight (a
   // read, or a write whose slot is needed). The first error of a completed read or write.
   Status ReadAhead(std::span<const int> wanted, bool* waiting_helps);
   // Blocks until the oldest read or write in flight completes (false: none was).
@@ -181,7 +183,9 @@ class NvmeOptimizerState {
   Status DrainAsync();
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
-  int num_slots() const { return swapper_->num_buffers(); }
+  // The first of `wanted` (non-empty sub-groups, in the order they will be needed) whose states
+  // fit in the buffers together: those the read-ahead keeps.
+  std::span<const int> Window(std::span<const int> wanted) const;
   bool fuses_updates() const { return swapper_->checksums(); }
   struct AsyncStats {
     uint64_t bytes_read = 0, bytes_written = 0;
@@ -236,11 +240,12 @@ class NvmeOptimizerState {
   // Writes zeros to every sub-group never written (before a step or a read of it).
   Status WriteUnwritten();
 
-  // The asynchronous path's slots (one per swapper buffer).
+  // The asynchronous path's slots: a sub-group's state at a range of the swapper's region.
   struct Slot {
     enum class State : uint8_t { kFree, kReading, kValid, kWriting };
     State state = State::kFree;
     int sg = -1;
+    size_t offset = 0, bytes = 0;  // its range in the region (not kFree)
     SwapFuture io;
     uint64_t seq = 0;  // issue order of the I/O in flight
     // A read with its checksums left to the update (Note [Fused checksums]): blocks not yet
@@ -255,9 +260,14 @@ class NvmeOptimizerState {
   void FreeSlot(size_t k);
   // Settles slot k's I/O if done (or, with block, once done): a read becomes valid, a write too.
   Status Settle(size_t k, bool block);
-  // A slot for a sub-group not in `keep`: free, else valid holding one not in keep; -1 if none.
-  int FindVictim(std::span<const int> keep) const;
+  // Room for sub-group i's state: a free slot record placed at a free range of the region, valid
+  // copies of sub-groups not in `keep` dropped to make it if needed; -1 if none (I/O or kept
+  // copies in the way).
+  int Place(int i, std::span<const int> keep);
+  // Places slot record k's state for sub-group i at `offset`.
+  void Claim(size_t k, int i, size_t offset);
   void StartRead(int i, size_t k);
+  OptimizerSwapper::StateView SlotState(size_t k) const;
   // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
   Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,
                      void* param_copy, DType copy_dtype, bool grad_checks);
@@ -299,8 +309,9 @@ class NvmeOptimizerState {
   uint64_t sg_bytes_read_ = 0, sg_bytes_written_ = 0;
   bool swapper_stepped_ = false;
   double sg_wait_ms_ = 0, sg_update_ms_ = 0;
-  std::vector<Slot> slots_;
+  std::vector<Slot> slots_;   // one record per non-empty sub-group at most
   std::vector<int> slot_of_;  // sub-group -> slot, or -1
+  size_t region_bytes_ = 0;   // the swapper's region
   uint64_t io_seq_ = 0;
   AsyncStats async_stats_;
   std::function<void()> drain_hook_;

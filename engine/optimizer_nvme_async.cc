@@ -26,9 +26,27 @@ bool Contains(std::span<const int> v, int x) { return std::find(v.begin(), v.end
 Status NvmeOptimizerState::EnsureSlots() {
   if (!slots_.empty()) return Status::Ok();
   STRATA_RETURN_IF_ERROR(swapper_->PrepareBuffers().WithContext("offload_optimizer nvme"));
-  slots_.assign(static_cast<size_t>(swapper_->num_buffers()), Slot{});
+  region_bytes_ = swapper_->region_bytes();
+  slots_.assign(std::max<size_t>(static_cast<size_t>(swapper_->num_sub_groups()), 1), Slot{});
   slot_of_.assign(groups_.size(), -1);
   return Status::Ok();
+}
+
+OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
+  const Slot& s = slots_[k];
+  return swapper_->StateAt(swap_index_[static_cast<size_t>(s.sg)], s.offset);
+}
+
+std::span<const int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
+  uint64_t used = 0;
+  size_t n = 0;
+  for (; n < wanted.size(); ++n) {
+    const int idx = swap_index_[static_cast<size_t>(wanted[n])];
+    const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
+    if (used + b > region_bytes_) break;
+    used += b;
+  }
+  return wanted.first(n);
 }
 
 bool NvmeOptimizerState::async_busy() const {
@@ -73,26 +91,74 @@ Status NvmeOptimizerState::Settle(size_t k, bool block) {
   return Status::Ok();
 }
 
-int NvmeOptimizerState::FindVictim(std::span<const int> keep) const {
-  int valid = -1;
+// Note [Slots by size]
+// The swapper's buffer_count buffers are one slab, each sized for the largest sub-group's state.
+// Sub-groups are not all that size (DeepSpeed's grouping closes a group once it reaches
+// sub_group_size, so one holding a large last parameter, lm_head, is ~1.8x the others here), and
+// one state per buffer left ~35 MB of each 88 MB buffer idle in bench/overlap: the read-ahead
+// stopped at 4 sub-groups while the disk had nothing to do until backward's first update. So
+// the slab is one region and each state takes a range of its own size (a multiple of 4 KiB):
+// first a free gap that fits, else the first run of free room and valid copies of sub-groups not
+// kept that fits (those copies are dropped), else none (the caller waits for I/O). States come
+// and go in about the order backward needs them, so the gaps stay few; with no I/O in flight and
+// nothing kept the whole region is free, and it holds the largest state buffer_count times.
+int NvmeOptimizerState::Place(int i, std::span<const int> keep) {
+  const int idx = swap_index_[static_cast<size_t>(i)];
+  const size_t need = swapper_->state_bytes(idx);
+  int record = -1;
+  std::vector<size_t> used;  // records holding a range, by offset
   for (size_t k = 0; k < slots_.size(); ++k) {
-    const Slot& s = slots_[k];
-    if (s.state == Slot::State::kFree) return static_cast<int>(k);
-    if (valid < 0 && s.state == Slot::State::kValid && !Contains(keep, s.sg)) {
-      valid = static_cast<int>(k);
+    if (slots_[k].state == Slot::State::kFree) {
+      if (record < 0) record = static_cast<int>(k);
+    } else {
+      used.push_back(k);
     }
   }
-  return valid;
+  if (record < 0 || need > region_bytes_) return -1;
+  std::sort(used.begin(), used.end(),
+            [&](size_t a, size_t b) { return slots_[a].offset < slots_[b].offset; });
+  auto droppable = [&](const Slot& s) {
+    return s.state == Slot::State::kValid && !Contains(keep, s.sg);
+  };
+  // Pass 0: free gaps only; pass 1: valid copies not kept count as free.
+  for (int pass = 0; pass < 2; ++pass) {
+    size_t start = 0;
+    std::vector<size_t> drop;
+    for (size_t u = 0; u <= used.size(); ++u) {
+      const bool end = u == used.size();
+      const Slot* s = end ? nullptr : &slots_[used[u]];
+      const size_t at = end ? region_bytes_ : s->offset;
+      if (at >= start && at - start >= need) {
+        for (const size_t d : drop) FreeSlot(d);
+        Claim(static_cast<size_t>(record), i, start);
+        return record;
+      }
+      if (end) break;
+      if (pass == 1 && droppable(*s)) {
+        drop.push_back(used[u]);
+        continue;
+      }
+      start = s->offset + s->bytes;
+      drop.clear();
+    }
+  }
+  return -1;
 }
 
-void NvmeOptimizerState::StartRead(int i, size_t k) {
+void NvmeOptimizerState::Claim(size_t k, int i, size_t offset) {
   FreeSlot(k);
   Slot& s = slots_[k];
   s.sg = i;
+  s.offset = offset;
+  s.bytes = swapper_->state_bytes(swap_index_[static_cast<size_t>(i)]);
   slot_of_[static_cast<size_t>(i)] = static_cast<int>(k);
+}
+
+void NvmeOptimizerState::StartRead(int i, size_t k) {
+  Slot& s = slots_[k];  // placed (Place)
   const int idx = swap_index_[static_cast<size_t>(i)];
   if (!written_[static_cast<size_t>(i)]) {  // never on NVMe: zeros (PrepareSubGroupSteps)
-    const OptimizerSwapper::StateView v = swapper_->BufferState(idx, static_cast<int>(k));
+    const OptimizerSwapper::StateView v = SlotState(k);
     const size_t n = Numel(groups_[static_cast<size_t>(i)]) * sizeof(float);
     std::memset(v.params, 0, n);
     std::memset(v.exp_avg, 0, n);
@@ -102,7 +168,7 @@ void NvmeOptimizerState::StartRead(int i, size_t k) {
   }
   // The checksums are verified by the update, block by block, while the bytes are in cache.
   s.deferred = swapper_->checksums();
-  s.io = swapper_->ReadAsync(idx, static_cast<int>(k), s.deferred);
+  s.io = swapper_->ReadAt(idx, s.offset, s.deferred);
   s.state = Slot::State::kReading;
   s.seq = ++io_seq_;
   async_stats_.bytes_read += swapper_->state_bytes(idx);
@@ -117,7 +183,7 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
     if (!s.ok() && first.ok()) first = s;
   }
   STRATA_RETURN_IF_ERROR(first);
-  const std::span<const int> window = wanted.first(std::min(wanted.size(), slots_.size()));
+  const std::span<const int> window = Window(wanted);
   bool in_flight = false;
   for (const Slot& s : slots_) {
     in_flight |= s.state == Slot::State::kReading || s.state == Slot::State::kWriting;
@@ -129,7 +195,7 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
       if (slots_[static_cast<size_t>(at)].state != Slot::State::kValid) *waiting_helps = true;
       continue;
     }
-    const int k = FindVictim(window);
+    const int k = Place(w, window);
     if (k < 0) {
       *waiting_helps |= in_flight;
       break;
@@ -161,7 +227,6 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
                                 std::to_string(num_sub_groups()) + ")");
   }
   STRATA_RETURN_IF_ERROR(EnsureSlots());
-  const int idx = swap_index_[static_cast<size_t>(i)];
   while (true) {
     const int at = slot_of_[static_cast<size_t>(i)];
     if (at >= 0) {
@@ -170,29 +235,25 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
       Slot& s = slots_[static_cast<size_t>(at)];
       s.sums_ready = false;                    // the caller changes the buffer next
       if (!need_contents) s.deferred = false;  // it overwrites all of it: nothing to verify
-      return swapper_->BufferState(idx, at);
+      return SlotState(static_cast<size_t>(at));
     }
-    int k = FindVictim(keep);
-    if (k < 0) {  // every slot is busy with I/O or holds a kept sub-group
+    int k = Place(i, keep);
+    if (k < 0) {  // the region is busy with I/O or holds kept sub-groups
       STRATA_ASSIGN_OR_RETURN(bool waited, WaitOldestIo());
       if (waited) continue;
-      // All valid and kept (keep larger than the slots): take one that is not i.
-      for (size_t j = 0; j < slots_.size() && k < 0; ++j) {
-        if (slots_[j].sg != i) k = static_cast<int>(j);
+      // Nothing in flight, the rest valid and kept (keep larger than the region): drop any.
+      k = Place(i, {});
+      if (k < 0) {
+        return InternalError("nvme optimizer state: no room for sub-group " + std::to_string(i) +
+                             " in " + std::to_string(region_bytes_) + " bytes of buffers");
       }
-      if (k < 0)
-        return InternalError("nvme optimizer state: no slot for sub-group " + std::to_string(i));
     }
     if (need_contents) {
       StartRead(i, static_cast<size_t>(k));
       continue;  // waits for it above
     }
-    FreeSlot(static_cast<size_t>(k));
-    Slot& s = slots_[static_cast<size_t>(k)];
-    s.sg = i;
-    s.state = Slot::State::kValid;
-    slot_of_[static_cast<size_t>(i)] = k;
-    return swapper_->BufferState(idx, k);
+    slots_[static_cast<size_t>(k)].state = Slot::State::kValid;
+    return SlotState(static_cast<size_t>(k));
   }
 }
 
@@ -215,9 +276,9 @@ Status NvmeOptimizerState::WriteBack(int i) {
     }
   }
   if (s.sums_ready) {
-    s.io = swapper_->WriteAsync(idx, at, std::move(s.write_sums));  // the update's checksums
+    s.io = swapper_->WriteAt(idx, s.offset, std::move(s.write_sums));  // the update's checksums
   } else {
-    s.io = swapper_->WriteAsync(idx, at);  // checksums taken here, on this thread
+    s.io = swapper_->WriteAt(idx, s.offset);  // checksums taken here, on this thread
   }
   s.sums_ready = false;
   s.write_sums.clear();
@@ -268,7 +329,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
   for (size_t k = 0; k < todo.size() && s.ok(); ++k) {
     const int i = todo[k];
     const std::span<const int> rest(todo.data() + k, todo.size() - k);
-    const std::span<const int> window = rest.first(std::min(rest.size(), slots_.size()));
+    const std::span<const int> window = Window(rest);
     bool helps = false;
     s = ReadAhead(window, &helps);  // the next reads in flight during this update
     if (!s.ok()) break;

@@ -54,7 +54,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   const SubGroup& g = groups_[static_cast<size_t>(i)];
   const size_t n = Numel(g);
   const int idx = swap_index_[static_cast<size_t>(i)];
-  const int buffer = static_cast<int>(k);
+  const size_t at = slot.offset;
   const size_t blk = swapper_->checksum_block_bytes();
   const size_t part = swapper_->part_bytes(idx);
   const size_t total = 3 * part;
@@ -68,7 +68,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     return std::pair<size_t, size_t>(t == 0 ? 0 : t * tile - lead,
                                      std::min(n, (t + 1) * tile - lead));
   };
-  const OptimizerSwapper::StateView v = swapper_->BufferState(idx, buffer);
+  const OptimizerSwapper::StateView v = SlotState(k);
   const auto* bytes = reinterpret_cast<const uint8_t*>(v.params);
   // Blocks [first, last] of part j that elements [e0, e1) touch.
   auto block_range = [&](size_t j, size_t e0, size_t e1) {
@@ -110,7 +110,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   for (size_t b = 0; b < blocks; ++b) {
     if (pending[b].load(std::memory_order_relaxed) != 0) continue;
     if (state[b].load(std::memory_order_relaxed) == kUnverified) {
-      Status s = swapper_->VerifyBlocks(idx, buffer, b, 1, &sums[b]);
+      Status s = swapper_->VerifyBlocksAt(idx, at, b, 1, &sums[b]);
       if (!s.ok()) {
         fail(s.WithContext(read_context()));
         break;
@@ -124,7 +124,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   auto verify = [&](size_t b) {
     int st = state[b].load(std::memory_order_acquire);
     if (st == kUnverified && state[b].compare_exchange_strong(st, kVerifying)) {
-      Status s = swapper_->VerifyBlocks(idx, buffer, b, 1);
+      Status s = swapper_->VerifyBlocksAt(idx, at, b, 1);
       if (!s.ok()) {
         state[b].store(kBad, std::memory_order_release);
         fail(s.WithContext(read_context()));
@@ -211,7 +211,7 @@ Status NvmeOptimizerState::VerifyRest(size_t k) {
   if (slot.verified.size() != blocks) slot.verified.assign(blocks, 0);
   for (size_t b = 0; b < blocks; ++b) {
     if (slot.verified[b]) continue;
-    STRATA_RETURN_IF_ERROR(swapper_->VerifyBlocks(idx, static_cast<int>(k), b, 1));
+    STRATA_RETURN_IF_ERROR(swapper_->VerifyBlocksAt(idx, slot.offset, b, 1));
     slot.verified[b] = 1;
   }
   slot.deferred = false;

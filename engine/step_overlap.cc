@@ -341,8 +341,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // else now, while its read may still be in flight.
     const bool fused = nvme->fuses_updates();
     if (!fused) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
-    const std::span<const int> keep =
-        std::span<const int>(wanted).first(std::min<size_t>(wanted.size(), nvme->num_slots()));
+    const std::span<const int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
     t0 = NowMs();  // the Adam time, without the wait for the read

@@ -110,6 +110,15 @@ Status OptimizerSwapper::EnsureBuffers() {
   po.name = "offload_optimizer swap buffers";
   STRATA_ASSIGN_OR_RETURN(pool_, PinnedPool::Create(po));
   for (size_t i = 0; i < options_.buffer_count; ++i) buffers_.push_back(pool_->Acquire());
+  // One slab: the buffers are its equal consecutive pieces, in whatever order they were leased.
+  buffer_stride_ = pool_->buffer_bytes();
+  region_ = buffers_.front().bytes();
+  for (const PinnedBuffer& b : buffers_) region_ = std::min(region_, b.bytes());
+  region_bytes_ = buffer_stride_ * buffers_.size();
+  for (const PinnedBuffer& b : buffers_) {
+    STRATA_CHECK_MSG(b.bytes() >= region_ && b.bytes() + b.size() <= region_ + region_bytes_,
+                     "optimizer swap buffers are not one slab");
+  }
   if (options_.swap_grads) {
     po.buffer_bytes = PartBytes(max_numel);
     po.name = "offload_optimizer gradient buffers";
@@ -170,9 +179,30 @@ Status OptimizerSwapper::ReadState(int sg, float* params, float* m, float* v) {
 }
 
 OptimizerSwapper::StateView OptimizerSwapper::BufferState(int sg, int buffer) {
-  uint8_t* b = buffers_[static_cast<size_t>(buffer)].bytes();
-  const size_t part = PartBytes(groups_[static_cast<size_t>(sg)].numel);
+  return StateAt(sg, static_cast<size_t>(buffers_[static_cast<size_t>(buffer)].bytes() - region_));
+}
+
+Status OptimizerSwapper::CheckRange(const char* what, int sg, size_t offset) const {
+  if (sg < 0 || sg >= num_sub_groups()) {
+    return InvalidArgumentError(std::string("optimizer swapper: ") + what + " sub-group " +
+                                std::to_string(sg) + " (there are " +
+                                std::to_string(num_sub_groups()) + ")");
+  }
+  const uint64_t need = state_bytes(sg);
+  if (offset % 4096 != 0 || offset > region_bytes_ || need > region_bytes_ - offset) {
+    return InvalidArgumentError(
+        std::string("optimizer swapper: ") + what + " sub-group " + std::to_string(sg) +
+        " at byte " + std::to_string(offset) + " of the buffers (" + std::to_string(need) +
+        " bytes from a 4 KiB " + "multiple within " + std::to_string(region_bytes_) + ")");
+  }
+  return Status::Ok();
+}
+
+OptimizerSwapper::StateView OptimizerSwapper::StateAt(int sg, size_t offset) {
   StateView v;
+  if (!CheckRange("state of", sg, offset).ok()) return v;
+  uint8_t* b = region_ + offset;
+  const size_t part = PartBytes(groups_[static_cast<size_t>(sg)].numel);
   v.params = reinterpret_cast<float*>(b);
   v.exp_avg = reinterpret_cast<float*>(b + part);
   v.exp_avg_sq = reinterpret_cast<float*>(b + 2 * part);
@@ -196,8 +226,13 @@ SwapFuture OptimizerSwapper::ReadAsync(int sg, int buffer, bool deferred) {
   if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
     return BadBuffer("read of", sg, buffer, num_sub_groups(), num_buffers());
   }
-  return space_->Read(groups_[static_cast<size_t>(sg)].swap_id,
-                      buffers_[static_cast<size_t>(buffer)].data(), !deferred);
+  return ReadAt(sg, static_cast<size_t>(buffers_[static_cast<size_t>(buffer)].bytes() - region_),
+                deferred);
+}
+
+SwapFuture OptimizerSwapper::ReadAt(int sg, size_t offset, bool deferred) {
+  if (Status r = CheckRange("read of", sg, offset); !r.ok()) return SwapFuture::Failed(r);
+  return space_->Read(groups_[static_cast<size_t>(sg)].swap_id, region_ + offset, !deferred);
 }
 
 Status OptimizerSwapper::VerifyBlocks(int sg, int buffer, size_t first, size_t count,
@@ -208,24 +243,42 @@ Status OptimizerSwapper::VerifyBlocks(int sg, int buffer, size_t first, size_t c
                                 std::to_string(num_sub_groups()) + " sub-groups, " +
                                 std::to_string(num_buffers()) + " buffers)");
   }
-  return space_->VerifyBlocks(groups_[static_cast<size_t>(sg)].swap_id,
-                              buffers_[static_cast<size_t>(buffer)].data(), first, count, sums);
+  return VerifyBlocksAt(
+      sg, static_cast<size_t>(buffers_[static_cast<size_t>(buffer)].bytes() - region_), first,
+      count, sums);
+}
+
+Status OptimizerSwapper::VerifyBlocksAt(int sg, size_t offset, size_t first, size_t count,
+                                        uint64_t* sums) const {
+  STRATA_RETURN_IF_ERROR(CheckRange("verify of", sg, offset));
+  return space_->VerifyBlocks(groups_[static_cast<size_t>(sg)].swap_id, region_ + offset, first,
+                              count, sums);
 }
 
 SwapFuture OptimizerSwapper::WriteAsync(int sg, int buffer) {
   if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
     return BadBuffer("write of", sg, buffer, num_sub_groups(), num_buffers());
   }
-  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id,
-                       buffers_[static_cast<size_t>(buffer)].data());
+  return WriteAt(sg, static_cast<size_t>(buffers_[static_cast<size_t>(buffer)].bytes() - region_));
 }
 
 SwapFuture OptimizerSwapper::WriteAsync(int sg, int buffer, std::vector<uint64_t> block_sums) {
   if (sg < 0 || sg >= num_sub_groups() || buffer < 0 || buffer >= num_buffers()) {
     return BadBuffer("write of", sg, buffer, num_sub_groups(), num_buffers());
   }
-  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id,
-                       buffers_[static_cast<size_t>(buffer)].data(), std::move(block_sums));
+  return WriteAt(sg, static_cast<size_t>(buffers_[static_cast<size_t>(buffer)].bytes() - region_),
+                 std::move(block_sums));
+}
+
+SwapFuture OptimizerSwapper::WriteAt(int sg, size_t offset) {
+  if (Status r = CheckRange("write of", sg, offset); !r.ok()) return SwapFuture::Failed(r);
+  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id, region_ + offset);
+}
+
+SwapFuture OptimizerSwapper::WriteAt(int sg, size_t offset, std::vector<uint64_t> block_sums) {
+  if (Status r = CheckRange("write of", sg, offset); !r.ok()) return SwapFuture::Failed(r);
+  return space_->Write(groups_[static_cast<size_t>(sg)].swap_id, region_ + offset,
+                       std::move(block_sums));
 }
 
 // Note [Optimizer step pipeline]

@@ -125,6 +125,19 @@ class OptimizerSwapper {
   Status VerifyBlocks(int sub_group, int buffer, size_t first, size_t count,
                       uint64_t* sums = nullptr) const;
   SwapFuture WriteAsync(int sub_group, int buffer, std::vector<uint64_t> block_sums);
+
+  // The buffers as one region (they are one slab, buffer b at b * buffer stride): its bytes, and
+  // the calls above at a byte offset in it, for a caller that places states of different sizes
+  // side by side (engine/optimizer_nvme.h). The offset is a multiple of 4 KiB and the
+  // sub-group's state_bytes fit in the region from there, else InvalidArgument (StateAt: null
+  // pointers). The same rules as the per-buffer calls apply to each range in use.
+  size_t region_bytes() const { return region_bytes_; }
+  StateView StateAt(int sub_group, size_t offset);
+  SwapFuture ReadAt(int sub_group, size_t offset, bool deferred);
+  Status VerifyBlocksAt(int sub_group, size_t offset, size_t first, size_t count,
+                        uint64_t* sums = nullptr) const;
+  SwapFuture WriteAt(int sub_group, size_t offset);
+  SwapFuture WriteAt(int sub_group, size_t offset, std::vector<uint64_t> block_sums);
   bool checksums() const { return space_->checksums(); }
   size_t checksum_block_bytes() const { return space_->checksum_block_bytes(); }
   size_t num_blocks(int sub_group) const {
@@ -161,6 +174,8 @@ class OptimizerSwapper {
   struct UpdateArena;  // a oneTBB task_arena, defined in the .cc (no TBB in this header)
   OptimizerSwapper(const OptimizerSwapperOptions& o, AioHandle* aio, const CpuOptimizer* opt);
   Status EnsureBuffers();
+  // Whether [offset, offset + state_bytes(sg)) is a valid range of the region for sub-group sg.
+  Status CheckRange(const char* what, int sg, size_t offset) const;
   // Bytes between the params, exp_avg and exp_avg_sq parts of a sub-group: 4 KiB aligned, and
   // kept away from multiples of 32 MiB - arrays an exact multiple of >= 128 MiB apart alias in
   // the caches and make the Adam step ~5x slower (docs/cpu_adam.md).
@@ -185,6 +200,8 @@ class OptimizerSwapper {
   std::unique_ptr<UpdateArena> update_arena_;  // pipelined updates (see update_threads)
   std::vector<SwapFuture> grad_writes_;        // swap_grads only: last WriteGrads per sub-group
   size_t buffer_numel_ = 0;
+  uint8_t* region_ = nullptr;  // the slab's first buffer
+  size_t region_bytes_ = 0, buffer_stride_ = 0;
   int64_t step_ = 0;
   OptimizerStepStats last_;
 };

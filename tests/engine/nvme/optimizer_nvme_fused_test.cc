@@ -18,12 +18,16 @@
 
 #include "engine/optimizer_nvme.h"
 #include "engine/optimizer_state.h"
+#include "tests/engine/nvme/nvme_state_helpers.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace strata {
 namespace {
 
+using nvme_test::Normal;
+using nvme_test::Options;
+using nvme_test::TestHyperparams;
 using ::strata::testing::IsOk;
 using ::strata::testing::ScratchDir;
 using ::strata::testing::StatusIs;
@@ -32,31 +36,6 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kSwapFile[] = "strata-optimizer-rank0.swap";
-
-Hyperparams TestHyperparams() {
-  Hyperparams hp = DefaultHyperparams(OptimizerKind::kAdam);
-  hp.lr = 1e-2f;
-  hp.weight_decay = 0.01f;
-  return hp;
-}
-
-NvmeOptimizerStateOptions Options(const ScratchDir& dir, size_t buffers, bool checksums) {
-  NvmeOptimizerStateOptions o;
-  o.hyperparams = TestHyperparams();
-  o.nvme_paths = {dir.path().string()};
-  o.pin_memory = false;
-  o.buffer_count = buffers;
-  o.checksums = checksums;
-  o.aio.block_size = 256 << 10;
-  return o;
-}
-
-std::vector<float> Normal(size_t n, std::mt19937_64& rng, float scale, bool positive = false) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = positive ? std::abs(d(rng)) : d(rng);
-  return v;
-}
 
 void FlipByte(const std::string& file, off_t offset) {
   int fd = ::open(file.c_str(), O_RDWR);
