@@ -129,7 +129,9 @@ int NvmeOptimizerState::Place(int i, std::span<const int> keep) {
       const Slot* s = end ? nullptr : &slots_[used[u]];
       const size_t at = end ? region_bytes_ : s->offset;
       if (at >= start && at - start >= need) {
-        for (const size_t d : drop) FreeSlot(d);
+        for (const size_t d : drop) {  // only the copies in the way
+          if (slots_[d].offset < start + need) FreeSlot(d);
+        }
         Claim(static_cast<size_t>(record), i, start);
         return record;
       }
