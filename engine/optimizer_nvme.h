@@ -169,9 +169,11 @@ class NvmeOptimizerState {
   Status ReadAhead(std::span<const int> wanted, bool* waiting_helps);
   // Blocks until the oldest read or write in flight completes (false: none was).
   Result<bool> WaitOldestIo();
-  // Blocks until sub-group i's state is valid in a slot and returns where (the buffers stay
-  // valid until WriteBack or the next drain): read from NVMe if needed (need_contents), else the
-  // caller overwrites it all. `keep` (the sub-groups needed next) are not evicted for it. A read's
+  // Blocks until sub-group i's state is valid in a slot and returns where (valid until its
+  // WriteBack, the next drain, or a later ReadAhead / AcquireState whose keep leaves i out and
+  // needs its room): read from NVMe if needed (need_contents), else the caller overwrites it
+  // all. `keep` (the sub-groups needed next, first needed first) are evicted for it only when
+  // nothing is in flight and no gap fits otherwise, those needed last first. A read's
   // checksums are left to UpdateSubGroup, which verifies each block before Adam touches it (a
   // WriteBack without that update verifies what is left first).
   Result<OptimizerSwapper::StateView> AcquireState(int i, std::span<const int> keep,
@@ -184,7 +186,8 @@ class NvmeOptimizerState {
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
   // The first of `wanted` (non-empty sub-groups, in the order they will be needed) whose states
-  // fit in the buffers together: those the read-ahead keeps.
+  // fit in the buffers together: those the read-ahead keeps. Empty until the buffers are made
+  // (the first ReadAhead or AcquireState).
   std::span<const int> Window(std::span<const int> wanted) const;
   bool fuses_updates() const { return swapper_->checksums(); }
   struct AsyncStats {

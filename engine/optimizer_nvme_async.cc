@@ -243,11 +243,15 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
     if (k < 0) {  // the region is busy with I/O or holds kept sub-groups
       STRATA_ASSIGN_OR_RETURN(bool waited, WaitOldestIo());
       if (waited) continue;
-      // Nothing in flight, the rest valid and kept (keep larger than the region): drop any.
-      k = Place(i, {});
+      // Nothing in flight and no room among the kept copies (keep larger than the region, or
+      // the kept copies scattered so no gap fits): give up the kept copies needed last first.
+      for (size_t n = keep.size(); k < 0 && n-- > 0;) k = Place(i, keep.first(n));
       if (k < 0) {
-        return InternalError("nvme optimizer state: no room for sub-group " + std::to_string(i) +
-                             " in " + std::to_string(region_bytes_) + " bytes of buffers");
+        return InternalError(
+            "nvme optimizer state: no room for sub-group " + std::to_string(i) + " (" +
+            std::to_string(swapper_->state_bytes(swap_index_[static_cast<size_t>(i)])) +
+            " bytes) in " + std::to_string(region_bytes_) +
+            " bytes of buffers with no I/O in flight");
       }
     }
     if (need_contents) {

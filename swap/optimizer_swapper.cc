@@ -115,9 +115,14 @@ Status OptimizerSwapper::EnsureBuffers() {
   region_ = buffers_.front().bytes();
   for (const PinnedBuffer& b : buffers_) region_ = std::min(region_, b.bytes());
   region_bytes_ = buffer_stride_ * buffers_.size();
-  for (const PinnedBuffer& b : buffers_) {
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const PinnedBuffer& b = buffers_[i];
     STRATA_CHECK_MSG(b.bytes() >= region_ && b.bytes() + b.size() <= region_ + region_bytes_,
-                     "optimizer swap buffers are not one slab");
+                     "optimizer swap buffer " + std::to_string(i) + " (" +
+                         std::to_string(b.size()) + " bytes at offset " +
+                         std::to_string(b.bytes() - region_) + ") is outside the " +
+                         std::to_string(region_bytes_) + "-byte region of " +
+                         std::to_string(buffers_.size()) + " buffers: they are not one slab");
   }
   if (options_.swap_grads) {
     po.buffer_bytes = PartBytes(max_numel);
@@ -199,8 +204,9 @@ Status OptimizerSwapper::CheckRange(const char* what, int sg, size_t offset) con
 }
 
 OptimizerSwapper::StateView OptimizerSwapper::StateAt(int sg, size_t offset) {
+  const Status range = CheckRange("state of", sg, offset);
+  STRATA_CHECK_MSG(range.ok(), range.ToString());  // callers place states within the region
   StateView v;
-  if (!CheckRange("state of", sg, offset).ok()) return v;
   uint8_t* b = region_ + offset;
   const size_t part = PartBytes(groups_[static_cast<size_t>(sg)].numel);
   v.params = reinterpret_cast<float*>(b);

@@ -129,8 +129,8 @@ class OptimizerSwapper {
   // The buffers as one region (they are one slab, buffer b at b * buffer stride): its bytes, and
   // the calls above at a byte offset in it, for a caller that places states of different sizes
   // side by side (engine/optimizer_nvme.h). The offset is a multiple of 4 KiB and the
-  // sub-group's state_bytes fit in the region from there, else InvalidArgument (StateAt: null
-  // pointers). The same rules as the per-buffer calls apply to each range in use.
+  // sub-group's state_bytes fit in the region from there, else InvalidArgument (StateAt: a
+  // failed check). The same rules as the per-buffer calls apply to each range in use.
   size_t region_bytes() const { return region_bytes_; }
   StateView StateAt(int sub_group, size_t offset);
   SwapFuture ReadAt(int sub_group, size_t offset, bool deferred);

@@ -1,6 +1,6 @@
 // AVX2 squared-norm chunk sums. Compiled with -mavx2 and called only after a run-time CPU check
-// (optimizer_kernels.cc); intrinsics only, no standard-library templates (no AVX2 code can leak
-// into other translation units through duplicate inline functions).
+// (optimizer_kernels.cc); it uses only the intrinsics and functions private to it (no AVX2 code can
+// leak into other translation units through duplicate inline functions).
 //
 // Each chunk is still summed from its first element to its last, in double, one rounding per
 // add (the square of a float is exact in double): 8 chunks advance side by side, as two groups of

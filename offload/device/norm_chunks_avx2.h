@@ -6,8 +6,8 @@
 
 namespace strata::internal {
 
-// kSquaredNormChunk (optimizer_kernels.cc checks they agree): the AVX2 file includes no header
-// with inline functions.
+// kSquaredNormChunk (optimizer_kernels.cc checks they agree): the AVX2 file includes no project
+// header with inline functions.
 inline constexpr size_t kNormChunkAvx2 = 4096;
 
 // partials[c] for the first chunks of x, in groups of 8 whole chunks of kNormChunkAvx2: sums

@@ -1,8 +1,9 @@
 // NvmeOptimizerState's slots by size (Note [Slots by size] in engine/optimizer_nvme_async.cc):
 // the swapper's buffers are one region in which each sub-group's state takes its own size, so a
 // large sub-group and several small ones are read ahead together where one state per buffer held
-// only buffer_count of them; and states placed, dropped and placed again in every order keep the
-// bits of OptimizerState on the CPU tier.
+// only buffer_count of them; states placed in every order keep the bits of OptimizerState on the
+// CPU tier; and read-ahead copies in the way of a larger state are dropped (or, kept, given up
+// once nothing is in flight) and read again, with the same bits.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -82,9 +83,8 @@ TEST(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes) {
 }
 
 // Steps through the overlapped worker's calls in several orders (the large sub-group first,
-// last, between), with the read-ahead keeping only what fits: states are placed at free ranges,
-// valid copies dropped to make room, written back while others are read. Bits against the CPU
-// tier after each step.
+// last, between): states placed at free ranges and written back while others are read. Bits
+// against the CPU tier after each step.
 TEST(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
   for (const bool checksums : {true, false}) {
     SCOPED_TRACE(checksums ? "checksums" : "no checksums");
@@ -127,7 +127,6 @@ TEST(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
         const std::span<const int> rest(order.data() + j, order.size() - j);
         bool helps = false;
         ASSERT_THAT(s.ReadAhead(rest, &helps), IsOk());
-        // Keep fewer than fit, so reads also drop valid copies of sub-groups not kept.
         const std::span<const int> keep = s.Window(rest).first(std::min<size_t>(2, rest.size()));
         auto st = s.AcquireState(rest[0], keep, true);
         ASSERT_THAT(st.status(), IsOk());
@@ -143,6 +142,76 @@ TEST(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
       ASSERT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4))
           << "exp_avg_sq, step " << step;
     }
+  }
+}
+
+// One buffer (8 MiB: the large state, or the four small ones, not both): the small states read
+// ahead are valid copies in the way of the large one. Not kept, they are dropped (only as many as
+// it needs); kept, they are given up once nothing is in flight, those needed last first. Either
+// way they are read again, and the bits still equal the CPU tier's.
+TEST(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeepsTheBits) {
+  for (const bool keep_them : {false, true}) {
+    SCOPED_TRACE(keep_them ? "kept" : "not kept");
+    ScratchDir dir;
+    const PartitionLayout layout = OneLargeFourSmall();
+    const std::vector<SubGroup> groups = layout.SubGroups(90'000);
+    const size_t n = layout.partition_numel();
+    OptimizerStateOptions ro;
+    ro.hyperparams = TestHyperparams();
+    ro.tier = Tier::kCpu;
+    ro.pin_memory = false;
+    auto ref = OptimizerState::Create(layout, ro, nullptr, nullptr);
+    ASSERT_THAT(ref.status(), IsOk());
+    auto nvme = NvmeOptimizerState::Create(layout, groups, Options(dir, 1, true), nullptr, nullptr);
+    ASSERT_THAT(nvme.status(), IsOk());
+    NvmeOptimizerState& s = **nvme;
+    std::mt19937_64 rng(TestSeed() + (keep_them ? 7 : 5));
+    const std::vector<float> p = Normal(n, rng, 1), m = Normal(n, rng, 0.1f),
+                             v = Normal(n, rng, 0.01f, true);
+    std::memcpy((*ref)->master(), p.data(), n * 4);
+    std::memcpy((*ref)->exp_avg(), m.data(), n * 4);
+    std::memcpy((*ref)->exp_avg_sq(), v.data(), n * 4);
+    ASSERT_THAT(s.WriteState(0, p, m, v), IsOk());
+    ASSERT_THAT(s.Flush(), IsOk());
+    const std::vector<float> g = Normal(n, rng, 0.1f);
+    std::memcpy((*ref)->grad(), g.data(), n * 4);
+    std::memcpy(s.grad(), g.data(), n * 4);
+    const Hyperparams hp = TestHyperparams();
+    for (const SubGroup& sg : groups) {
+      ASSERT_THAT((*ref)->StepSubGroup(sg, 1, hp, 1.0f, nullptr, DType::kFloat32), IsOk());
+    }
+    ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
+    s.TakeAsyncStats();
+
+    const std::vector<int> small = {1, 2, 3, 4};
+    bool helps = false;
+    ASSERT_THAT(s.ReadAhead(small, &helps), IsOk());
+    ASSERT_EQ(s.Window(small).size(), 4u);
+    const std::vector<int> none;
+    auto big = s.AcquireState(
+        0, keep_them ? std::span<const int>(small) : std::span<const int>(none), true);
+    ASSERT_THAT(big.status(), IsOk());
+    ASSERT_THAT(s.UpdateSubGroup(0, 1, hp, 1.0f, big->params, big->exp_avg, big->exp_avg_sq,
+                                 nullptr, DType::kFloat32),
+                IsOk());
+    ASSERT_THAT(s.WriteBack(0), IsOk());
+    for (const int i : small) {
+      auto st = s.AcquireState(i, std::span<const int>(&i, 1), true);
+      ASSERT_THAT(st.status(), IsOk());
+      ASSERT_THAT(s.UpdateSubGroup(i, 1, hp, 1.0f, st->params, st->exp_avg, st->exp_avg_sq, nullptr,
+                                   DType::kFloat32),
+                  IsOk());
+      ASSERT_THAT(s.WriteBack(i), IsOk());
+    }
+    uint64_t all = 0;
+    for (const SubGroup& sg : groups) all += StateBytes(sg);
+    // Every state once, and the small ones that stood in the large one's way again.
+    EXPECT_GT(s.TakeAsyncStats().bytes_read, all);
+    std::vector<float> bp(n), bm(n), bv(n);
+    ASSERT_THAT(s.ReadState(0, n, bp.data(), bm.data(), bv.data()), IsOk());
+    EXPECT_EQ(0, std::memcmp(bp.data(), (*ref)->master(), n * 4)) << "master";
+    EXPECT_EQ(0, std::memcmp(bm.data(), (*ref)->exp_avg(), n * 4)) << "exp_avg";
+    EXPECT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4)) << "exp_avg_sq";
   }
 }
 
