@@ -6,6 +6,7 @@
 // once nothing is in flight) and read again, with the same bits.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -22,8 +23,11 @@
 namespace strata {
 namespace {
 
+using nvme_test::CpuTierReference;
 using nvme_test::Normal;
 using nvme_test::Options;
+using nvme_test::SeedBoth;
+using nvme_test::StateDiffers;
 using nvme_test::TestHyperparams;
 using ::strata::testing::IsOk;
 using ::strata::testing::ScratchDir;
@@ -40,107 +44,109 @@ uint64_t StateBytes(const SubGroup& g) {
   return 3 * ((uint64_t{g.flat_end - g.flat_begin} * 4 + 4095) / 4096 * 4096);
 }
 
-TEST(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes) {
-  ScratchDir dir;
-  const PartitionLayout layout = OneLargeFourSmall();
-  const std::vector<SubGroup> groups = layout.SubGroups(90'000);
-  ASSERT_EQ(groups.size(), 5u);
-  auto nvme = NvmeOptimizerState::Create(layout, groups, Options(dir, 2, true), nullptr, nullptr);
-  ASSERT_THAT(nvme.status(), IsOk());
-  NvmeOptimizerState& s = **nvme;
-  const size_t n = layout.partition_numel();
-  std::mt19937_64 rng(TestSeed());
-  ASSERT_THAT(s.WriteState(0, Normal(n, rng, 1), Normal(n, rng, 0.1f), Normal(n, rng, 0.01f, true)),
-              IsOk());
-  ASSERT_THAT(s.Flush(), IsOk());
-  ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
-  s.TakeAsyncStats();
+// NvmeOptimizerState on OneLargeFourSmall's five sub-groups and `buffers` buffers, with the CPU
+// tier's OptimizerState on the same random state as the reference.
+class NvmeSlotsBySizeTest : public ::testing::Test {
+ protected:
+  void Start(size_t buffers, bool checksums, uint64_t seed) {
+    layout_ = OneLargeFourSmall();
+    groups_ = layout_.SubGroups(90'000);
+    ASSERT_EQ(groups_.size(), 5u);
+    n_ = layout_.partition_numel();
+    dir_ = std::make_unique<ScratchDir>();
+    ref_ = CpuTierReference(layout_);
+    ASSERT_NE(ref_, nullptr);
+    auto nvme = NvmeOptimizerState::Create(layout_, groups_, Options(*dir_, buffers, checksums),
+                                           nullptr, nullptr);
+    ASSERT_THAT(nvme.status(), IsOk());
+    s_ = std::move(nvme).value();
+    rng_.seed(TestSeed() + seed);
+    ASSERT_THAT(SeedBoth(*ref_, *s_, n_, rng_), IsOk());
+  }
+  // The same random gradients in both; the reference steps every sub-group; s is ready for the
+  // worker's calls.
+  void BeginStep(int step) {
+    const std::vector<float> g = Normal(n_, rng_, 0.1f);
+    std::memcpy(ref_->grad(), g.data(), n_ * 4);
+    std::memcpy(s_->grad(), g.data(), n_ * 4);
+    for (const SubGroup& sg : groups_) {
+      ASSERT_THAT(ref_->StepSubGroup(sg, step, TestHyperparams(), 1.0f, nullptr, DType::kFloat32),
+                  IsOk());
+    }
+    ASSERT_THAT(s_->PrepareSubGroupSteps(), IsOk());
+  }
+  // The worker's calls for sub-group i: acquire (read if needed), update in place, write back.
+  void Update(int i, std::span<const int> keep, int step) {
+    auto st = s_->AcquireState(i, keep, true);
+    ASSERT_THAT(st.status(), IsOk());
+    ASSERT_THAT(s_->UpdateSubGroup(i, step, TestHyperparams(), 1.0f, st->params, st->exp_avg,
+                                   st->exp_avg_sq, nullptr, DType::kFloat32),
+                IsOk());
+    ASSERT_THAT(s_->WriteBack(i), IsOk());
+  }
+  uint64_t AllStateBytes() const {
+    uint64_t all = 0;
+    for (const SubGroup& g : groups_) all += StateBytes(g);
+    return all;
+  }
 
+  PartitionLayout layout_;
+  std::vector<SubGroup> groups_;
+  size_t n_ = 0;
+  std::unique_ptr<ScratchDir> dir_;
+  std::unique_ptr<OptimizerState> ref_;
+  std::unique_ptr<NvmeOptimizerState> s_;
+  std::mt19937_64 rng_;
+};
+
+TEST_F(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes) {
+  ASSERT_NO_FATAL_FAILURE(Start(2, true, 0));
+  ASSERT_THAT(s_->PrepareSubGroupSteps(), IsOk());
+  s_->TakeAsyncStats();
   // Two buffers, each for the large state: the large one (7.2 MB) and the four small ones
   // (1.2 MB each) fit side by side, so all five are read ahead at once.
   const std::vector<int> order = {0, 1, 2, 3, 4};
   bool helps = false;
-  ASSERT_THAT(s.ReadAhead(order, &helps), IsOk());
-  EXPECT_EQ(s.Window(order).size(), 5u);
-  uint64_t all = 0;
-  for (const SubGroup& g : groups) all += StateBytes(g);
-  EXPECT_EQ(s.TakeAsyncStats().bytes_read, all);
+  ASSERT_THAT(s_->ReadAhead(order, &helps), IsOk());
+  EXPECT_EQ(s_->Window(order).size(), 5u);
+  EXPECT_EQ(s_->TakeAsyncStats().bytes_read, AllStateBytes());
   // Each acquired state lies apart from the others.
   std::vector<std::pair<const float*, const float*>> ranges;
   for (int i = 0; i < 5; ++i) {
-    auto st = s.AcquireState(i, order, true);
+    auto st = s_->AcquireState(i, order, true);
     ASSERT_THAT(st.status(), IsOk());
-    const size_t numel =
-        groups[static_cast<size_t>(i)].flat_end - groups[static_cast<size_t>(i)].flat_begin;
-    ranges.emplace_back(st->params, st->exp_avg_sq + numel);
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    ranges.emplace_back(st->params, st->exp_avg_sq + (g.flat_end - g.flat_begin));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "states " << i - 1 << " and " << i;
   }
-  EXPECT_EQ(s.TakeAsyncStats().bytes_read, 0u);  // nothing read twice
-  ASSERT_THAT(s.DrainAsync(), IsOk());
+  EXPECT_EQ(s_->TakeAsyncStats().bytes_read, 0u);  // nothing read twice
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
 }
 
 // Steps through the overlapped worker's calls in several orders (the large sub-group first,
 // last, between): states placed at free ranges and written back while others are read. Bits
 // against the CPU tier after each step.
-TEST(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
+TEST_F(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
   for (const bool checksums : {true, false}) {
     SCOPED_TRACE(checksums ? "checksums" : "no checksums");
-    ScratchDir dir;
-    const PartitionLayout layout = OneLargeFourSmall();
-    const std::vector<SubGroup> groups = layout.SubGroups(90'000);
-    const size_t n = layout.partition_numel();
-    OptimizerStateOptions ro;
-    ro.hyperparams = TestHyperparams();
-    ro.tier = Tier::kCpu;
-    ro.pin_memory = false;
-    auto ref = OptimizerState::Create(layout, ro, nullptr, nullptr);
-    ASSERT_THAT(ref.status(), IsOk());
-    auto nvme =
-        NvmeOptimizerState::Create(layout, groups, Options(dir, 2, checksums), nullptr, nullptr);
-    ASSERT_THAT(nvme.status(), IsOk());
-    NvmeOptimizerState& s = **nvme;
-    std::mt19937_64 rng(TestSeed() + (checksums ? 1 : 0));
-    const std::vector<float> p = Normal(n, rng, 1), m = Normal(n, rng, 0.1f),
-                             v = Normal(n, rng, 0.01f, true);
-    std::memcpy((*ref)->master(), p.data(), n * 4);
-    std::memcpy((*ref)->exp_avg(), m.data(), n * 4);
-    std::memcpy((*ref)->exp_avg_sq(), v.data(), n * 4);
-    ASSERT_THAT(s.WriteState(0, p, m, v), IsOk());
-    ASSERT_THAT(s.Flush(), IsOk());
+    ASSERT_NO_FATAL_FAILURE(Start(2, checksums, checksums ? 1 : 0));
     const std::vector<std::vector<int>> orders = {
         {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4}, {2, 0, 4, 1, 3}, {1, 3, 0, 2, 4}, {4, 0, 3, 1, 2}};
     for (size_t k = 0; k < orders.size(); ++k) {
       const int step = static_cast<int>(k) + 1;
-      const std::vector<float> g = Normal(n, rng, 0.1f);
-      std::memcpy((*ref)->grad(), g.data(), n * 4);
-      std::memcpy(s.grad(), g.data(), n * 4);
-      const Hyperparams hp = TestHyperparams();
-      for (const SubGroup& sg : groups) {
-        ASSERT_THAT((*ref)->StepSubGroup(sg, step, hp, 1.0f, nullptr, DType::kFloat32), IsOk());
-      }
-      ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
+      ASSERT_NO_FATAL_FAILURE(BeginStep(step));
       const std::vector<int>& order = orders[k];
       for (size_t j = 0; j < order.size(); ++j) {
         const std::span<const int> rest(order.data() + j, order.size() - j);
         bool helps = false;
-        ASSERT_THAT(s.ReadAhead(rest, &helps), IsOk());
-        const std::span<const int> keep = s.Window(rest).first(std::min<size_t>(2, rest.size()));
-        auto st = s.AcquireState(rest[0], keep, true);
-        ASSERT_THAT(st.status(), IsOk());
-        ASSERT_THAT(s.UpdateSubGroup(rest[0], step, hp, 1.0f, st->params, st->exp_avg,
-                                     st->exp_avg_sq, nullptr, DType::kFloat32),
-                    IsOk());
-        ASSERT_THAT(s.WriteBack(rest[0]), IsOk());
+        ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
+        const std::span<const int> keep = s_->Window(rest).first(std::min<size_t>(2, rest.size()));
+        ASSERT_NO_FATAL_FAILURE(Update(rest[0], keep, step));
       }
-      std::vector<float> bp(n), bm(n), bv(n);
-      ASSERT_THAT(s.ReadState(0, n, bp.data(), bm.data(), bv.data()), IsOk());
-      ASSERT_EQ(0, std::memcmp(bp.data(), (*ref)->master(), n * 4)) << "master, step " << step;
-      ASSERT_EQ(0, std::memcmp(bm.data(), (*ref)->exp_avg(), n * 4)) << "exp_avg, step " << step;
-      ASSERT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4))
-          << "exp_avg_sq, step " << step;
+      ASSERT_EQ(StateDiffers(*s_, *ref_, n_), "") << "step " << step;
     }
   }
 }
@@ -149,69 +155,22 @@ TEST(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
 // ahead are valid copies in the way of the large one. Not kept, they are dropped (only as many as
 // it needs); kept, they are given up once nothing is in flight, those needed last first. Either
 // way they are read again, and the bits still equal the CPU tier's.
-TEST(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeepsTheBits) {
+TEST_F(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeepsTheBits) {
   for (const bool keep_them : {false, true}) {
     SCOPED_TRACE(keep_them ? "kept" : "not kept");
-    ScratchDir dir;
-    const PartitionLayout layout = OneLargeFourSmall();
-    const std::vector<SubGroup> groups = layout.SubGroups(90'000);
-    const size_t n = layout.partition_numel();
-    OptimizerStateOptions ro;
-    ro.hyperparams = TestHyperparams();
-    ro.tier = Tier::kCpu;
-    ro.pin_memory = false;
-    auto ref = OptimizerState::Create(layout, ro, nullptr, nullptr);
-    ASSERT_THAT(ref.status(), IsOk());
-    auto nvme = NvmeOptimizerState::Create(layout, groups, Options(dir, 1, true), nullptr, nullptr);
-    ASSERT_THAT(nvme.status(), IsOk());
-    NvmeOptimizerState& s = **nvme;
-    std::mt19937_64 rng(TestSeed() + (keep_them ? 7 : 5));
-    const std::vector<float> p = Normal(n, rng, 1), m = Normal(n, rng, 0.1f),
-                             v = Normal(n, rng, 0.01f, true);
-    std::memcpy((*ref)->master(), p.data(), n * 4);
-    std::memcpy((*ref)->exp_avg(), m.data(), n * 4);
-    std::memcpy((*ref)->exp_avg_sq(), v.data(), n * 4);
-    ASSERT_THAT(s.WriteState(0, p, m, v), IsOk());
-    ASSERT_THAT(s.Flush(), IsOk());
-    const std::vector<float> g = Normal(n, rng, 0.1f);
-    std::memcpy((*ref)->grad(), g.data(), n * 4);
-    std::memcpy(s.grad(), g.data(), n * 4);
-    const Hyperparams hp = TestHyperparams();
-    for (const SubGroup& sg : groups) {
-      ASSERT_THAT((*ref)->StepSubGroup(sg, 1, hp, 1.0f, nullptr, DType::kFloat32), IsOk());
-    }
-    ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
-    s.TakeAsyncStats();
-
+    ASSERT_NO_FATAL_FAILURE(Start(1, true, keep_them ? 7 : 5));
+    ASSERT_NO_FATAL_FAILURE(BeginStep(1));
+    s_->TakeAsyncStats();
     const std::vector<int> small = {1, 2, 3, 4};
     bool helps = false;
-    ASSERT_THAT(s.ReadAhead(small, &helps), IsOk());
-    ASSERT_EQ(s.Window(small).size(), 4u);
-    const std::vector<int> none;
-    auto big = s.AcquireState(
-        0, keep_them ? std::span<const int>(small) : std::span<const int>(none), true);
-    ASSERT_THAT(big.status(), IsOk());
-    ASSERT_THAT(s.UpdateSubGroup(0, 1, hp, 1.0f, big->params, big->exp_avg, big->exp_avg_sq,
-                                 nullptr, DType::kFloat32),
-                IsOk());
-    ASSERT_THAT(s.WriteBack(0), IsOk());
-    for (const int i : small) {
-      auto st = s.AcquireState(i, std::span<const int>(&i, 1), true);
-      ASSERT_THAT(st.status(), IsOk());
-      ASSERT_THAT(s.UpdateSubGroup(i, 1, hp, 1.0f, st->params, st->exp_avg, st->exp_avg_sq, nullptr,
-                                   DType::kFloat32),
-                  IsOk());
-      ASSERT_THAT(s.WriteBack(i), IsOk());
-    }
-    uint64_t all = 0;
-    for (const SubGroup& sg : groups) all += StateBytes(sg);
+    ASSERT_THAT(s_->ReadAhead(small, &helps), IsOk());
+    ASSERT_EQ(s_->Window(small).size(), 4u);
+    ASSERT_NO_FATAL_FAILURE(
+        Update(0, keep_them ? std::span<const int>(small) : std::span<const int>(), 1));
+    for (const int i : small) ASSERT_NO_FATAL_FAILURE(Update(i, std::span<const int>(&i, 1), 1));
     // Every state once, and the small ones that stood in the large one's way again.
-    EXPECT_GT(s.TakeAsyncStats().bytes_read, all);
-    std::vector<float> bp(n), bm(n), bv(n);
-    ASSERT_THAT(s.ReadState(0, n, bp.data(), bm.data(), bv.data()), IsOk());
-    EXPECT_EQ(0, std::memcmp(bp.data(), (*ref)->master(), n * 4)) << "master";
-    EXPECT_EQ(0, std::memcmp(bm.data(), (*ref)->exp_avg(), n * 4)) << "exp_avg";
-    EXPECT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4)) << "exp_avg_sq";
+    EXPECT_GT(s_->TakeAsyncStats().bytes_read, AllStateBytes());
+    EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
   }
 }
 
