@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -25,8 +26,11 @@
 namespace strata {
 namespace {
 
+using nvme_test::CpuTierReference;
 using nvme_test::Normal;
 using nvme_test::Options;
+using nvme_test::SeedBoth;
+using nvme_test::StateDiffers;
 using nvme_test::TestHyperparams;
 using ::strata::testing::IsOk;
 using ::strata::testing::ScratchDir;
@@ -107,24 +111,14 @@ TEST_P(NvmeFusedBitwiseTest, AsyncStepsEqualCpuOptimizerStateBitwise) {
   const std::vector<SubGroup> groups = layout.SubGroups(250'000);
   ASSERT_GE(groups.size(), 3u);
   const size_t n = layout.partition_numel();
-  OptimizerStateOptions ro;
-  ro.hyperparams = TestHyperparams();
-  ro.tier = Tier::kCpu;
-  ro.pin_memory = false;
-  auto ref = OptimizerState::Create(layout, ro, nullptr, nullptr);
-  ASSERT_THAT(ref.status(), IsOk());
+  std::unique_ptr<OptimizerState> ref = CpuTierReference(layout);
+  ASSERT_NE(ref, nullptr);
   auto nvme =
       NvmeOptimizerState::Create(layout, groups, Options(dir, 2, mode.checksums), nullptr, nullptr);
   ASSERT_THAT(nvme.status(), IsOk());
   NvmeOptimizerState& s = **nvme;
   std::mt19937_64 rng(TestSeed());
-  const std::vector<float> p = Normal(n, rng, 1), m = Normal(n, rng, 0.1f),
-                           v = Normal(n, rng, 0.01f, true);
-  std::memcpy((*ref)->master(), p.data(), n * 4);
-  std::memcpy((*ref)->exp_avg(), m.data(), n * 4);
-  std::memcpy((*ref)->exp_avg_sq(), v.data(), n * 4);
-  ASSERT_THAT(s.WriteState(0, p, m, v), IsOk());
-  ASSERT_THAT(s.Flush(), IsOk());
+  ASSERT_THAT(SeedBoth(*ref, s, n, rng), IsOk());
 
   const size_t cbytes = DTypeBytes(mode.copy_dtype);
   std::vector<uint8_t> copy_ref(n * cbytes, 0xAB), copy_nvme(n * cbytes, 0xCD);
@@ -135,13 +129,13 @@ TEST_P(NvmeFusedBitwiseTest, AsyncStepsEqualCpuOptimizerStateBitwise) {
   for (int i = 0; i < sgs; ++i) order[static_cast<size_t>(i)] = i;
   for (int step = 1; step <= 4; ++step) {
     const std::vector<float> g = Normal(n, rng, 0.1f);
-    std::memcpy((*ref)->grad(), g.data(), n * 4);
+    std::memcpy(ref->grad(), g.data(), n * 4);
     std::memcpy(s.grad(), g.data(), n * 4);
     Hyperparams hp = TestHyperparams();
     hp.lr /= static_cast<float>(step);
     const float scale = 0.5f + 0.25f * static_cast<float>(step);
     for (const SubGroup& sg : groups) {
-      ASSERT_THAT((*ref)->StepSubGroup(sg, step, hp, scale, cr, mode.copy_dtype), IsOk());
+      ASSERT_THAT(ref->StepSubGroup(sg, step, hp, scale, cr, mode.copy_dtype), IsOk());
     }
     if (step == 2) {
       // StepExcept's asynchronous path (something read ahead, so not the swapper's Step).
@@ -175,11 +169,7 @@ TEST_P(NvmeFusedBitwiseTest, AsyncStepsEqualCpuOptimizerStateBitwise) {
         << "copy-out differs at step " << step;
   }
   // Verified reads of what the fused updates wrote: their checksums are right.
-  std::vector<float> bp(n), bm(n), bv(n);
-  ASSERT_THAT(s.ReadState(0, n, bp.data(), bm.data(), bv.data()), IsOk());
-  EXPECT_EQ(0, std::memcmp(bp.data(), (*ref)->master(), n * 4)) << "master";
-  EXPECT_EQ(0, std::memcmp(bm.data(), (*ref)->exp_avg(), n * 4)) << "exp_avg";
-  EXPECT_EQ(0, std::memcmp(bv.data(), (*ref)->exp_avg_sq(), n * 4)) << "exp_avg_sq";
+  EXPECT_EQ(StateDiffers(s, *ref, n), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, NvmeFusedBitwiseTest,
