@@ -188,6 +188,7 @@ Status Engine::Place(const EngineInit& init) {
     im.nvme_opt->set_tracer(im.tracer.get());
     im.host_opt = true;
     im.grads_to_host = z.stage >= 2;
+    im.host_grad_copy_first = im.grads_to_host && no.kind != OptimizerKind::kAdagrad;
   } else {
     OptimizerStateOptions oo;
     STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
@@ -200,6 +201,7 @@ Status Engine::Place(const EngineInit& init) {
     // Stages 2-3 reduce the CPU sub-groups' gradients straight into host memory: the device
     // gradient partition is then only the device sub-groups' [0, split).
     im.grads_to_host = z.stage >= 2 && oo.tier == Tier::kCpu;
+    im.host_grad_copy_first = im.grads_to_host && oo.kind != OptimizerKind::kAdagrad;
     if (oo.device_numel > 0) {
       const size_t dev_numel = im.grads_to_host ? oo.device_numel : layout_.partition_numel();
       STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, dev_numel * sizeof(float),

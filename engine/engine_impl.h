@@ -63,6 +63,9 @@ struct Engine::Impl {
   bool grads_to_host = false;
   float* host_grad = nullptr;
   size_t host_grad_begin = 0;
+  // grads_to_host and an optimizer whose result does not depend on a zero gradient's sign (not
+  // Adagrad): the step marks host_grad stale instead of zeroing it (Note [Copy first]).
+  bool host_grad_copy_first = false;
   // Elements of grad_partition (device): the partition's `n`, or [0, host_grad_begin).
   size_t DeviceGradNumel(size_t n) const { return grads_to_host ? host_grad_begin : n; }
   // Where the optimizer writes the updated compute-dtype partition (host-addressable).

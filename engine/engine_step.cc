@@ -232,11 +232,14 @@ Status Engine::ApplyStep() {
 
 Status Engine::ZeroGradients() {
   Impl& im = *impl_;
+  // Note [Copy first] (engine/grad_reducer.cc): the next backward overwrites the host part.
+  const bool stale = im.host_grad_copy_first && im.reducer != nullptr;
   if (im.nvme_opt != nullptr) {
-    im.nvme_opt->ZeroGrad();
+    im.nvme_opt->ZeroGrad(!stale);
   } else if (opt_->tier() == Tier::kCpu) {
-    opt_->ZeroGrad();
+    opt_->ZeroGrad(!stale);
   }
+  if (stale) im.reducer->MarkHostStale();
   if (im.grad_partition != nullptr) {  // the host part (grads_to_host) was zeroed above
     STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
                                       im.DeviceGradNumel(layout_.partition_numel())));

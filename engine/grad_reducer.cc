@@ -1,6 +1,7 @@
 #include "engine/grad_reducer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/trace.h"
@@ -25,6 +26,23 @@ constexpr size_t kMaxTimedCopies = 4096;  // timing event pairs kept between two
 // (gradient accumulation keeps accumulating on the host). Flush makes the compute stream wait for
 // the add stream; the engine's step synchronizes it before reading the host array, and the
 // overlapped step's listener gets the add stream (its event follows the add).
+
+// Note [Copy first]
+// Zeroing the host partition after every step and adding each reduced shard into it through the
+// staging ring costs three passes over each gradient besides the D2H (the memset, the staging
+// copy, the add). When the owner marks the array stale instead (MarkHostStale, from
+// Engine::ZeroGradients), the next pass copies each parameter's host range straight from the
+// reduced shard into host_partition on the reduce stream (one D2H, no staging, no add) and, at
+// Flush, zeroes the ranges of the parameters it never reduced; later micro-batches of the same
+// step add as before. 0 + x and x are the same float for every x but -0.0 (the add gives +0.0,
+// the copy keeps -0.0). Adam / AdamW and Lion never see the difference: a moment starts at +0.0,
+// so b * m + (1 - b) * (-0.0) is b * m or +0.0, the same as with +0.0, and their updates read
+// only the moments (and the parameter); Adagrad divides the gradient itself, so the engine keeps
+// zeroing for it. A parameter reduced twice in one pass is copied the first time and added the
+// second; the reduce stream then waits for that add, so an event on the reduce stream after the
+// last parameter of a pass covers every write of the pass (the overlapped step's listener).
+//
+// One rank: a reduce-scatter over one rank is a copy of the slot, so the slot itself is read.
 
 size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world) {
   const size_t largest = std::max<size_t>(max_shard_numel, 1);
@@ -89,6 +107,7 @@ Status GradReducer::InitHostTarget() {
     added_.push_back(std::move(a));
   }
   STRATA_ASSIGN_OR_RETURN(add_done_, o_.device->CreateEvent(eo));
+  STRATA_ASSIGN_OR_RETURN(add_to_reduce_, o_.device->CreateEvent(eo));
   STRATA_ASSIGN_OR_RETURN(add_stream_, o_.device->CreateStream());
   return Status::Ok();
 }
@@ -114,8 +133,48 @@ Status GradReducer::Ready(size_t param, float* slot) {
   return Status::Ok();
 }
 
-Status GradReducer::AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, size_t hi) {
-  const float* recv = static_cast<const float*>(recv_);
+void GradReducer::MarkHostStale() {
+  if (o_.host_partition == nullptr) return;
+  host_stale_ = true;
+  host_written_.assign(o_.layout->slices().size(), 0);
+}
+
+Result<GradReducer::CopyTiming*> GradReducer::NextCopyTiming() {
+  if (copy_events_used_ >= kMaxTimedCopies) return nullptr;
+  if (copy_events_used_ == copy_events_.size()) {  // made on the first step, reused after
+    STRATA_ASSIGN_OR_RETURN(Event b, o_.device->CreateEvent());
+    STRATA_ASSIGN_OR_RETURN(Event e, o_.device->CreateEvent());
+    copy_events_.emplace_back(std::move(b), std::move(e));
+  }
+  return &copy_events_[copy_events_used_++];
+}
+
+Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
+                               size_t hi) {
+  float* dst = o_.host_partition + (sl.flat_offset + lo - o_.host_begin);
+  const size_t bytes = (hi - lo) * sizeof(float);
+  STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
+  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
+  STRATA_RETURN_IF_ERROR(s.CopyAsync(dst, shard + lo, bytes, CopyKind::kDeviceToHost));
+  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
+  copy_bytes_ += bytes;
+  return Status::Ok();
+}
+
+void GradReducer::ZeroUnwritten() {
+  const std::vector<ShardSlice>& slices = o_.layout->slices();
+  for (size_t p = 0; p < slices.size(); ++p) {
+    const ShardSlice& sl = slices[p];
+    if (host_written_[p] != 0) continue;
+    const size_t lo = std::max(sl.flat_offset, o_.host_begin);
+    const size_t hi = sl.flat_offset + sl.shard_numel;
+    if (lo < hi)
+      std::memset(o_.host_partition + (lo - o_.host_begin), 0, (hi - lo) * sizeof(float));
+  }
+}
+
+Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
+                              size_t hi) {
   for (size_t off = lo; off < hi; off += staging_numel_) {
     const size_t n = std::min(staging_numel_, hi - off);
     const size_t k = next_staging_;
@@ -123,19 +182,10 @@ Status GradReducer::AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, 
     float* stage = static_cast<float*>(staging_[k].data());
     float* dst = o_.host_partition + (sl.flat_offset + off - o_.host_begin);
     STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // the buffer's previous chunk is added
-    // Timed by a pair of events (made on the first step, reused after; bytes only past the cap).
-    std::pair<Event, Event>* timing = nullptr;
-    if (copy_events_used_ < kMaxTimedCopies) {
-      if (copy_events_used_ == copy_events_.size()) {
-        STRATA_ASSIGN_OR_RETURN(Event b, o_.device->CreateEvent());
-        STRATA_ASSIGN_OR_RETURN(Event e, o_.device->CreateEvent());
-        copy_events_.emplace_back(std::move(b), std::move(e));
-      }
-      timing = &copy_events_[copy_events_used_++];
-    }
+    STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
     if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
     STRATA_RETURN_IF_ERROR(
-        s.CopyAsync(stage, recv + off, n * sizeof(float), CopyKind::kDeviceToHost));
+        s.CopyAsync(stage, shard + off, n * sizeof(float), CopyKind::kDeviceToHost));
     if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
     STRATA_RETURN_IF_ERROR(copied_[k].Record(s));
     copy_bytes_ += n * sizeof(float);
@@ -161,11 +211,15 @@ Status GradReducer::ReduceBucket() {
     comm_pending_ = true;
   }
   const bool host = o_.host_partition != nullptr;
+  const bool one_rank = o_.comm->world_size() == 1;  // Note [Copy first]: the slot is the shard
   for (const auto& [param, slot] : queue_) {
     const ShardSlice& sl = o_.layout->slices()[param];
-    STRATA_RETURN_IF_ERROR(
-        o_.comm->ReduceScatter(s, slot, recv_, sl.numel, DType::kFloat32, {}, nullptr)
-            .WithContext("reduce-scatter of parameter " + std::to_string(param)));
+    const float* shard = one_rank ? slot : static_cast<const float*>(recv_);
+    if (!one_rank) {
+      STRATA_RETURN_IF_ERROR(
+          o_.comm->ReduceScatter(s, slot, recv_, sl.numel, DType::kFloat32, {}, nullptr)
+              .WithContext("reduce-scatter of parameter " + std::to_string(param)));
+    }
     // [0, dev_end) of the shard goes to the device partition, [dev_end, shard_numel) to the host.
     const size_t dev_end =
         !host ? sl.shard_numel
@@ -174,13 +228,25 @@ Status GradReducer::ReduceBucket() {
     if (dev_end > 0) {
       float* dst = o_.partition + sl.flat_offset;
       STRATA_RETURN_IF_ERROR(
-          LaunchAdd(s, dst, DType::kFloat32, dst, recv_, DType::kFloat32, 1.0f, dev_end));
+          LaunchAdd(s, dst, DType::kFloat32, dst, shard, DType::kFloat32, 1.0f, dev_end));
     }
-    if (dev_end < sl.shard_numel) STRATA_RETURN_IF_ERROR(AddToHost(s, sl, dev_end, sl.shard_numel));
+    bool added = false;  // into the host part through the add stream
+    if (dev_end < sl.shard_numel) {
+      if (host_stale_ && host_written_[param] == 0) {
+        STRATA_RETURN_IF_ERROR(CopyToHost(s, shard, sl, dev_end, sl.shard_numel));
+        host_written_[param] = 1;
+      } else {
+        STRATA_RETURN_IF_ERROR(AddToHost(s, shard, sl, dev_end, sl.shard_numel));
+        added = true;
+        if (host_stale_) {  // the pass's later copies (and the listener's event) follow this add
+          STRATA_RETURN_IF_ERROR(add_to_reduce_.Record(add_stream_));
+          STRATA_RETURN_IF_ERROR(s.Wait(add_to_reduce_));
+          added = false;
+        }
+      }
+    }
     if (o_.slot_done) STRATA_RETURN_IF_ERROR(o_.slot_done(s, param, slot));
-    if (reduced_fn_) {
-      STRATA_RETURN_IF_ERROR(reduced_fn_(dev_end < sl.shard_numel ? add_stream_ : s, param));
-    }
+    if (reduced_fn_) STRATA_RETURN_IF_ERROR(reduced_fn_(added ? add_stream_ : s, param));
     ++reduced_;
   }
   ++buckets_;
@@ -191,6 +257,10 @@ Status GradReducer::ReduceBucket() {
 
 Status GradReducer::Flush() {
   STRATA_RETURN_IF_ERROR(ReduceBucket());
+  if (host_stale_) {  // nothing in flight writes the ranges no parameter of the pass reached
+    ZeroUnwritten();
+    host_stale_ = false;
+  }
   if (comm_pending_) {  // later compute work (the next backward, the step) sees the partition
     STRATA_RETURN_IF_ERROR(comm_done_.Record(o_.comm_stream));
     STRATA_RETURN_IF_ERROR(o_.compute.Wait(comm_done_));

@@ -88,6 +88,12 @@ class GradReducer {
   // (the host part's adds included).
   Status Flush();
 
+  // The host partition's contents are stale (its owner did not zero it): in the next backward
+  // pass (up to Flush) each host element's first contribution is copied D2H straight into it
+  // instead of staged and added, and at Flush the host ranges of parameters that pass did not
+  // reduce are zeroed. See Note [Copy first]. Only with a host target.
+  void MarkHostStale();
+
   // Optional listener (set between backward passes); called for each parameter in reduce order.
   void set_reduced_fn(ReducedFn fn) { reduced_fn_ = std::move(fn); }
   // Optional: asked in Ready after `param` is queued; true reduces the queue at once instead of
@@ -111,9 +117,17 @@ class GradReducer {
   explicit GradReducer(const GradReducerOptions& o) : o_(o) {}
   Status ReduceBucket();
   Status InitHostTarget();
-  // recv_[lo, hi) of parameter slice `sl` (flat [flat_offset + lo, ...)) into host_partition,
+  // shard[lo, hi) of parameter slice `sl` (flat [flat_offset + lo, ...)) into host_partition,
   // through the staging ring; `s` ran the reduce.
-  Status AddToHost(const Stream& s, const ShardSlice& sl, size_t lo, size_t hi);
+  Status AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo, size_t hi);
+  // The same range copied into host_partition on `s` (Note [Copy first]).
+  Status CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
+                    size_t hi);
+  // The timing pair for the next D2H, while the cap allows (null: bytes only).
+  using CopyTiming = std::pair<Event, Event>;
+  Result<CopyTiming*> NextCopyTiming();
+  // Zeroes the host ranges of the parameters the stale pass did not reduce.
+  void ZeroUnwritten();
 
   GradReducerOptions o_;
   ReducedFn reduced_fn_;
@@ -134,6 +148,9 @@ class GradReducer {
   Event add_done_;                     // the add stream's last work (Flush)
   size_t next_staging_ = 0;
   bool add_pending_ = false;
+  bool host_stale_ = false;         // MarkHostStale until Flush
+  std::vector<char> host_written_;  // per parameter: written in the stale pass
+  Event add_to_reduce_;             // a stale pass's second add, before the reduce stream goes on
   // Timing events around each D2H (reused every step), and the bytes copied since TakeCopyStats.
   std::vector<std::pair<Event, Event>> copy_events_;
   size_t copy_events_used_ = 0;

@@ -215,8 +215,8 @@ bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
   return bad;
 }
 
-void NvmeOptimizerState::ZeroGrad() const {
-  std::memset(grad_, 0, numel_ * sizeof(float));
+void NvmeOptimizerState::ZeroGrad(bool memory) const {
+  if (memory) std::memset(grad_, 0, numel_ * sizeof(float));
   std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
 }
 

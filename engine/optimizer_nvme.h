@@ -116,7 +116,9 @@ class NvmeOptimizerState {
   // when its elements are (and the norm then reuses them).
   double GradSquaredNorm(size_t begin, size_t end) const;
   bool GradHasNonFinite(size_t begin, size_t end) const;
-  void ZeroGrad() const;
+  // Forgets the chunk sums; with `memory`, grad()[0, numel) = 0 (else the gradient reducer
+  // overwrites it: Note [Copy first] in engine/grad_reducer.cc).
+  void ZeroGrad(bool memory = true) const;
   // The overlapped step's worker, once the gradients of [begin, end) are final for the step:
   // sums the norm's chunks (Note [Squared-norm order]) that lie inside the range, so the step
   // only sums the rest. Not concurrent with the calls above, ZeroGrad or another

@@ -377,8 +377,9 @@ bool OptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
   return bad;
 }
 
-void OptimizerState::ZeroGrad() const {
+void OptimizerState::ZeroGrad(bool host_parts) const {
   for (const Part& p : parts_) {
+    if (!p.on_device && !host_parts) continue;
     if (!p.device_kernels) {
       std::memset(p.grad, 0, p.numel() * sizeof(float));
       continue;

@@ -114,8 +114,9 @@ class OptimizerState {
   double GradSquaredNorm(size_t begin, size_t end) const;
   // True if any grad()[begin, end) is Inf or NaN.
   bool GradHasNonFinite(size_t begin, size_t end) const;
-  // grad()[0, numel) = 0.
-  void ZeroGrad() const;
+  // grad()[0, numel) = 0; without `host_parts` only the device part (the gradient reducer
+  // overwrites host_grad(): Note [Copy first] in engine/grad_reducer.cc).
+  void ZeroGrad(bool host_parts = true) const;
   // With device kernels the three calls above can fail (a device error): they then return NaN /
   // true / nothing, and the error is kept here and returned by the next StepSubGroup, Read and
   // Write, so it is never lost. Ok on the host paths.

@@ -1,9 +1,15 @@
-// GradReducer's flush hint (engine/grad_reducer.h): a parameter the hint names reduces the queued
-// bucket at once, the others wait for the bucket to fill; the host partition gets the same sums
-// either way (a plain float reference: one += per parameter).
+// GradReducer (engine/grad_reducer.h) into a host partition. The flush hint: a parameter the hint
+// names reduces the queued bucket at once, the others wait for the bucket to fill; the host
+// partition gets the same sums either way (a plain float reference: one += per parameter). A stale
+// host partition (Note [Copy first]): the pass after MarkHostStale copies, zeroes what it did not
+// reduce, adds a second contribution of the same parameter, and the next pass adds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -102,6 +108,91 @@ TEST(GradReducerFlushHintTest, HintedParameterReducesTheBucketAtOnceWithTheSameS
     ASSERT_THAT(r.compute.Synchronize(), IsOk());
     EXPECT_EQ(r.reducer->bucket_count(), static_cast<uint64_t>(3 * (pass + 1)));
   }
+  for (size_t p = 0; p < numels.size(); ++p) {
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < numels[p]; ++i) {
+      ASSERT_EQ(r.host[off + i], static_cast<float>(want[off + i])) << p << ":" << i;
+    }
+  }
+}
+
+// One parameter's gradient: copied to its slot, then Ready.
+void Reduce(Rig& r, size_t p, const std::vector<float>& g) {
+  ASSERT_THAT(
+      r.compute.CopyAsync(r.slots[p], g.data(), g.size() * sizeof(float), CopyKind::kHostToDevice),
+      IsOk());
+  ASSERT_THAT(r.compute.Synchronize(), IsOk());
+  ASSERT_THAT(r.reducer->Ready(p, static_cast<float*>(r.slots[p])), IsOk());
+}
+
+TEST(GradReducerCopyFirstTest, StalePassCopiesZeroesTheRestAndTheNextPassAdds) {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // Parameter 2 is large, so its second add (on the reducer's add stream) is still running when
+  // a stream that did not wait for it reaches the end of the pass.
+  const std::vector<size_t> numels = {300, 17, size_t{1} << 21, 64, 5, 777};
+  Rig r;
+  ASSERT_NO_FATAL_FAILURE(MakeRig(&r, numels, /*bucket=*/1'000'000));
+  // Every parameter reduces at once (its slot is reused for its next gradient), on the compute
+  // stream; the host adds run on the reducer's own stream.
+  r.reducer->set_flush_hint([](size_t) { return true; });
+  std::vector<Stream> reported(numels.size());
+  r.reducer->set_reduced_fn([&](const Stream& s, size_t p) {
+    reported[p] = s;
+    return Status::Ok();
+  });
+  auto random = [&](size_t n) {
+    std::vector<float> g(n);
+    for (float& x : g) x = u(rng);
+    return g;
+  };
+
+  // Stale contents (what the last step left, never zeroed): NaN everywhere.
+  std::fill(r.host.begin(), r.host.end(), std::numeric_limits<float>::quiet_NaN());
+  r.reducer->MarkHostStale();
+  // Pass 1 reduces parameters 0, 2 (twice: copied, then added), 3 and 5; 1 and 4 get nothing.
+  std::vector<double> want(r.layout.partition_numel(), 0.0);
+  const std::vector<size_t> order = {0, 2, 3, 2, 5};
+  for (size_t p : order) {
+    std::vector<float> g = random(numels[p]);
+    if (p == 0) g[7] = -0.0f;  // the copy keeps a zero's sign (the add would give +0.0)
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < g.size(); ++i) {
+      want[off + i] = static_cast<float>(static_cast<float>(want[off + i]) + g[i]);
+    }
+    ASSERT_NO_FATAL_FAILURE(Reduce(r, p, g));
+  }
+  // The stream reported for the pass's last parameter follows every write of the pass, the
+  // second add of 2 included.
+  ASSERT_TRUE(reported[5].valid());
+  ASSERT_THAT(reported[5].Synchronize(), IsOk());
+  for (size_t p : {2, 0, 3, 5}) {
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = numels[p]; i-- > 0;) {  // the add's last elements first
+      ASSERT_EQ(r.host[off + i], static_cast<float>(want[off + i])) << p << ":" << i;
+    }
+  }
+  EXPECT_TRUE(std::signbit(r.host[r.layout.slices()[0].flat_offset + 7]));
+  ASSERT_THAT(r.reducer->Flush(), IsOk());
+  ASSERT_THAT(r.compute.Synchronize(), IsOk());
+  for (size_t p : {1, 4}) {  // not reduced: zeroed (+0.0, not the stale NaN)
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < numels[p]; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(r.host[off + i]), 0u) << p << ":" << i;
+    }
+  }
+
+  // Pass 2 (the same step's next micro-batch): every parameter adds.
+  for (size_t p = 0; p < numels.size(); ++p) {
+    const std::vector<float> g = random(numels[p]);
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < g.size(); ++i) {
+      want[off + i] = static_cast<float>(static_cast<float>(want[off + i]) + g[i]);
+    }
+    ASSERT_NO_FATAL_FAILURE(Reduce(r, p, g));
+  }
+  ASSERT_THAT(r.reducer->Flush(), IsOk());
+  ASSERT_THAT(r.compute.Synchronize(), IsOk());
   for (size_t p = 0; p < numels.size(); ++p) {
     const size_t off = r.layout.slices()[p].flat_offset;
     for (size_t i = 0; i < numels[p]; ++i) {
