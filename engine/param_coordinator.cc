@@ -114,17 +114,28 @@ Status ParamCoordinator::AfterGather(std::span<const size_t> params) {
   return Status::Ok();
 }
 
+// Note [Room for the bucket]: with the default reuse distance (1e9 elements) every parameter
+// released in the forward is used again within it (in the backward), so keeping while the live
+// elements stay within stage3_max_live_parameters filled max_live with the first layers'
+// parameters — the ones needed last — and PrefetchAhead, bounded by the same max_live, had no
+// room left: every module gathered its own, the gather stream in lock step with compute (the
+// bench/overlap trace: 45 misses a step in the coordinator test, the balanced forward 86 ms ->
+// 66 ms with the rule below). A parameter is therefore kept only while the live elements plus a
+// full prefetch bucket stay within max_live: prefetch first, keeping with what room is left.
+// Nearby reuse needs no keeping: the prefetch holds a parameter its next entries use.
 Status ParamCoordinator::BeforeRelease(nn::HookPoint point, const nn::Module& module,
                                        std::span<const size_t> params) {
   STRATA_RETURN_IF_ERROR(Step(point, module, params));
   if (mode_ != Mode::kReplay || o_.prefetch_bucket_numel <= 0) return Status::Ok();
   const uint64_t reuse = static_cast<uint64_t>(std::max<int64_t>(o_.max_reuse_distance_numel, 0));
   const uint64_t max_live = static_cast<uint64_t>(std::max<int64_t>(o_.max_live_numel, 0));
+  const uint64_t bucket = static_cast<uint64_t>(o_.prefetch_bucket_numel);
   for (size_t i : params) {
     if (g_->IsPersistent(i) || kept_[i] != 0) continue;
     const size_t next = NextUse(i, pos_ - 1);
     if (next >= trace_.size() || cum_[next] - cum_[pos_] > reuse) continue;
-    if (g_->live_numel() > max_live) continue;
+    // Note [Room for the bucket]
+    if (g_->live_numel() + bucket > max_live) continue;
     STRATA_RETURN_IF_ERROR(g_->GatherParam(i));  // live already: one more hold, no copy
     kept_[i] = 1;
     ++stats_.kept;

@@ -13,7 +13,9 @@
 //     measured read bandwidth and module durations say a read needs to start now to be ready
 //     when its module runs (and not stopping at the first NVMe-resident parameter);
 //   - at a module's release, a parameter used again within stage3_max_reuse_distance elements of
-//     trace is kept gathered instead of released and gathered again.
+//     trace is kept gathered instead of released and gathered again, while the live elements
+//     leave room for a full prefetch bucket within stage3_max_live_parameters (prefetch first:
+//     Note [Room for the bucket]).
 // Gathers go through the hooks (the Gatherer below), so they keep the hooks' nesting, memory
 // throttle and stream order; every decision depends only on the trace and element counts, so
 // all ranks issue the same collectives in the same order. A departure from the trace

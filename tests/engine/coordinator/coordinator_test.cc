@@ -135,5 +135,28 @@ TEST(ParamCoordinatorTest, ZeroBucketRecordsButNeverPrefetches) {
   EXPECT_LE(got.stats.peak_live_param_numel, got.largest_module_numel);
 }
 
+// Note [Room for the bucket] (engine/param_coordinator.cc): with a reuse distance that covers the
+// whole model, the parameters released in the forward (next used far away, in the backward) are
+// kept only while the prefetch bucket still fits within max_live, so in replay every module
+// but the pass's first (nothing is gathered ahead of it) finds its parameters gathered ahead,
+// where keeping up to max_live left the prefetch no room (45 misses a step here).
+TEST(ParamCoordinatorTest, KeptParametersLeaveRoomForTheBucket) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(17, 4, 2, 16, 256);
+  PrefetchRun run{.param = "cpu"};
+  run.bucket = 60000;
+  run.max_live = 2 * run.bucket;
+  run.reuse = 1000000000;
+  const PrefetchOutcome got = TrainPrefetch(*comm, run, data);
+  ASSERT_THAT(got.status, IsOk());
+  ASSERT_EQ(got.stats_per_step.size(), 3u);
+  for (int step = 2; step <= 3; ++step) {
+    const EngineStats& now = got.stats_per_step[step - 1];
+    const EngineStats& before = got.stats_per_step[step - 2];
+    EXPECT_GT(now.prefetch_hits, before.prefetch_hits) << "step " << step;
+    EXPECT_LE(now.prefetch_misses, before.prefetch_misses + 1) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace strata
