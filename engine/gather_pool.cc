@@ -22,14 +22,45 @@ Result<void*> GatherPool::Take(size_t bytes, const Stream& stream, uint64_t held
     if (p.ok()) ++stats_.allocations;
     return p;
   }
+  // Note [Busy buffers]: the oldest free buffer of this size whose last use is over (or was on
+  // `stream` itself, e.g. the step's regather of persistent parameters); if every one is still
+  // in use (the engine runs ahead of the compute stream, so a buffer released a
+  // module ago usually is) and the limit has room, a new buffer, so the gather need not wait for
+  // the compute stream; else the oldest, which the taking stream waits for.
+  auto pick = free_.end();
+  bool idle = false;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->bytes != bytes) continue;
+    if (pick == free_.end()) pick = it;
+    // On the stream of its last use, stream order alone makes the buffer free to write.
+    if (it->last_stream == stream) {
+      pick = it;
+      idle = true;
+      break;
+    }
+    Result<bool> done = it->last_use.Query();
+    if (done.ok() && *done) {
+      pick = it;
+      idle = true;
+      break;
+    }
+  }
+  if (pick != free_.end() && !idle && held_bytes + free_bytes_ + bytes <= limit_bytes_) {
+    Result<void*> p = device_->Allocate(bytes);
+    if (p.ok()) {
+      ++stats_.allocations;
+      ++stats_.busy_passed;
+      return p;
+    }
+    if (p.status().code() != StatusCode::kOutOfMemory) return p.status();
+  }
+  if (pick != free_.end()) {
     // The new contents are written on `stream`, after the buffer's last reader is done.
-    STRATA_RETURN_IF_ERROR(stream.Wait(it->last_use));
-    void* p = it->ptr;
-    spare_events_.push_back(std::move(it->last_use));
+    STRATA_RETURN_IF_ERROR(stream.Wait(pick->last_use));
+    void* p = pick->ptr;
+    spare_events_.push_back(std::move(pick->last_use));
     free_bytes_ -= bytes;
-    free_.erase(it);
+    free_.erase(pick);
     ++stats_.reuses;
     return p;
   }
@@ -54,7 +85,7 @@ Status GatherPool::Give(void* ptr, size_t bytes, const Stream& last_use) {
   if (!pooling()) return device_->FreeAsync(last_use, ptr);
   STRATA_ASSIGN_OR_RETURN(Event e, NewEvent());
   STRATA_RETURN_IF_ERROR(e.Record(last_use));
-  free_.push_back({ptr, bytes, std::move(e)});
+  free_.push_back({ptr, bytes, std::move(e), last_use});
   free_bytes_ += bytes;
   return Status::Ok();
 }

@@ -3,7 +3,10 @@
 //
 // A released buffer goes back to the pool with an event recorded on the stream of its last use
 // (the compute stream); the next gather of the same byte size takes it and makes its own stream
-// (the gather stream) wait for that event — no host blocking, and no allocation in the hot path.
+// (the gather stream) wait for that event — no host blocking, and no allocation in the hot path
+// once the pool has grown. A free buffer whose last use is still running is passed over for a new
+// one while the limit has room (Note [Busy buffers] in gather_pool.cc), so gathers taken ahead do
+// not wait for the compute stream to catch up with the engine thread.
 // The pool holds at most `limit_bytes` (the hooks' bytes held plus the free buffers kept): past
 // it, free buffers of other sizes are given back to the device (waiting on the host for their
 // last use) before a new one is allocated; when every byte is held a new buffer is allocated
@@ -26,6 +29,7 @@ namespace strata {
 struct GatherPoolStats {
   uint64_t allocations = 0;  // buffers allocated from the device
   uint64_t reuses = 0;       // gathers served by a free buffer
+  uint64_t busy_passed = 0;  // new buffers taken while a free one was still in use
   uint64_t trims = 0;        // free buffers given back to the device
 };
 
@@ -56,6 +60,7 @@ class GatherPool {
     void* ptr = nullptr;
     size_t bytes = 0;
     Event last_use;
+    Stream last_stream;  // where last_use was recorded
   };
   // Frees the oldest free buffer not of size `keep_bytes`; false if there is none.
   Result<bool> TrimOne(size_t keep_bytes);

@@ -1,6 +1,7 @@
 // GatherPool (engine/gather_pool.h): stage 3's gathered-parameter buffers are reused across
-// gathers, the stream that takes a buffer waits for its last use, and the pool keeps within its
-// limit (passing it only when every byte is held) and gives way when the device is full.
+// gathers, the stream that takes a buffer waits for its last use (or takes a new one while the
+// limit has room), and the pool keeps within its limit (passing it only when every byte is held)
+// and gives way when the device is full.
 #include "engine/gather_pool.h"
 
 #include <gmock/gmock.h>
@@ -40,6 +41,7 @@ TEST_F(ParamCoordinatorPoolTest, ReusesAReleasedBufferOfTheSameSize) {
   ASSERT_THAT(a.status(), IsOk());
   ASSERT_THAT(pool.Give(*a, 4096, compute_), IsOk());
   EXPECT_EQ(pool.free_bytes(), 4096u);
+  ASSERT_THAT(compute_.Synchronize(), IsOk());  // its last use is over
   Result<void*> b = pool.Take(4096, gather_, 0);
   ASSERT_THAT(b.status(), IsOk());
   EXPECT_EQ(*b, *a);
@@ -51,7 +53,8 @@ TEST_F(ParamCoordinatorPoolTest, ReusesAReleasedBufferOfTheSameSize) {
 }
 
 TEST_F(ParamCoordinatorPoolTest, TheTakingStreamWaitsForTheLastUse) {
-  GatherPool pool(device_.get(), 1 << 20);
+  // No room for a second buffer: the busy one is reused, after its last use.
+  GatherPool pool(device_.get(), 4096);
   void* p = pool.Take(4096, gather_, 0).value();
   std::atomic<bool> go{false}, last_use_done{false}, seen_done{false};
   // The buffer's last reader on the compute stream is held back until `go`.
@@ -73,6 +76,54 @@ TEST_F(ParamCoordinatorPoolTest, TheTakingStreamWaitsForTheLastUse) {
   ASSERT_THAT(compute_.Synchronize(), IsOk());
   EXPECT_TRUE(seen_done.load()) << "the gather stream wrote the buffer before its last use ended";
   ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
+}
+
+TEST_F(ParamCoordinatorPoolTest, ABusyBufferIsPassedOverWhileTheLimitHasRoom) {
+  GatherPool pool(device_.get(), 1 << 20);
+  void* p = pool.Take(4096, gather_, 0).value();
+  std::atomic<bool> go{false};
+  ASSERT_THAT(compute_.LaunchHostFunc([&go]() {
+    while (!go.load()) std::this_thread::yield();
+    return Status::Ok();
+  }),
+              IsOk());
+  ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
+  // The last use is still running: a new buffer, and the gather stream does not wait for it.
+  void* q = pool.Take(4096, gather_, 0).value();
+  EXPECT_NE(q, p);
+  EXPECT_EQ(pool.stats().busy_passed, 1u);
+  EXPECT_EQ(pool.stats().reuses, 0u);
+  ASSERT_THAT(gather_.Synchronize(), IsOk());  // would hang if it waited for `go`
+  go.store(true);
+  ASSERT_THAT(compute_.Synchronize(), IsOk());
+  ASSERT_THAT(pool.Give(q, 4096, gather_), IsOk());
+  ASSERT_THAT(gather_.Synchronize(), IsOk());
+  // Both free and idle now: the oldest is reused, nothing new allocated.
+  EXPECT_EQ(pool.Take(4096, gather_, 0).value(), p);
+  EXPECT_EQ(pool.stats().allocations, 2u);
+  EXPECT_EQ(pool.stats().reuses, 1u);
+  ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
+  ASSERT_THAT(compute_.Synchronize(), IsOk());
+}
+
+TEST_F(ParamCoordinatorPoolTest, ABusyBufferIsReusedOnTheStreamOfItsLastUse) {
+  GatherPool pool(device_.get(), 1 << 20);
+  void* p = pool.Take(4096, compute_, 0).value();
+  std::atomic<bool> go{false};
+  ASSERT_THAT(compute_.LaunchHostFunc([&go]() {
+    while (!go.load()) std::this_thread::yield();
+    return Status::Ok();
+  }),
+              IsOk());
+  ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
+  // Taken for the same stream: its order already puts the new writes after the last use, so
+  // the buffer is reused rather than a second one allocated (the persistent regather's case).
+  EXPECT_EQ(pool.Take(4096, compute_, 0).value(), p);
+  EXPECT_EQ(pool.stats().busy_passed, 0u);
+  EXPECT_EQ(pool.stats().allocations, 1u);
+  go.store(true);
+  ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
+  ASSERT_THAT(compute_.Synchronize(), IsOk());
 }
 
 TEST_F(ParamCoordinatorPoolTest, FreesOtherSizesToStayWithinTheLimit) {
@@ -126,6 +177,7 @@ TEST_F(ParamCoordinatorPoolTest, DestructionFreesTheFreeBuffers) {
     for (size_t bytes : {4096, 8192, 4096}) {
       void* p = pool.Take(bytes, gather_, 0).value();
       ASSERT_THAT(pool.Give(p, bytes, compute_), IsOk());
+      ASSERT_THAT(compute_.Synchronize(), IsOk());  // idle: the second 4096 reuses the first
     }
     EXPECT_EQ(pool.free_bytes(), 4096u + 8192u);
   }
