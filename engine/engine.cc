@@ -246,6 +246,8 @@ Status Engine::Place(const EngineInit& init) {
       im.staging = im.staging_pool->Acquire();
       im.param_copy = im.staging.data();
       im.cpu_bytes += im.staging_pool->buffer_bytes();
+      // offload_param nvme: the shards kept in CPU memory become ranges of the staging.
+      if (im.store != nullptr) STRATA_RETURN_IF_ERROR(im.store->ShareCpuFlat(im.param_copy));
     }
   }
   if (z.stage >= 2) {

@@ -91,6 +91,14 @@ class ParamStore {
   // Acquire, a Write) naming the swap file and offset. No shard may be acquired while it is
   // written.
   virtual Status Write(size_t flat_begin, const void* src, size_t numel, const Stream& stream) = 0;
+  // The shards kept in CPU memory move into `flat` (the rank's flat partition in the compute
+  // dtype, the caller's, alive as long as the store) at their flat offsets, so a Write whose
+  // source is that same range of `flat` copies nothing (Note [Shared CPU shards] in
+  // param_store_nvme.cc). Only the NVMe store keeps shards of its own: elsewhere a no-op.
+  virtual Status ShareCpuFlat(void* flat) {
+    (void)flat;
+    return Status::Ok();
+  }
   // Waits for every write Write started (checkpoint save and load call it); the first error of
   // those writes. The destructor drains too (dropping errors).
   virtual Status Drain() { return Status::Ok(); }

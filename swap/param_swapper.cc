@@ -1,5 +1,7 @@
 #include "swap/param_swapper.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "core/units.h"
@@ -191,6 +193,19 @@ Result<std::span<uint8_t>> ParamSwapper::Data(ParamId id) {
         (p->state == State::kReading ? "swap-in not waited" : "on NVMe") + ")");
   }
   return std::span<uint8_t>(p->buf, p->numel * options_.element_bytes);
+}
+
+Status ParamSwapper::AdoptCpuStorage(ParamId id, uint8_t* storage) {
+  std::lock_guard lock(mu_);
+  STRATA_ASSIGN_OR_RETURN(Param * p, Find(id));
+  if (p->state != State::kCpu) {
+    return FailedPreconditionError("param " + std::to_string(id) +
+                                   " is not kept in CPU memory: its storage cannot move");
+  }
+  if (storage != p->buf) std::memcpy(storage, p->buf, p->numel * options_.element_bytes);
+  p->buf = storage;
+  std::vector<uint8_t>().swap(p->cpu);
+  return Status::Ok();
 }
 
 Status ParamSwapper::SwapOut(std::span<const ParamId> ids) {

@@ -67,6 +67,10 @@ class ParamSwapper {
   Status WaitIn(std::span<const ParamId> ids);
   // The parameter's bytes: resident NVMe parameters (after WaitIn) or CPU-kept ones.
   Result<std::span<uint8_t>> Data(ParamId id);
+  // Moves CPU-kept parameter `id` into `storage` (numel x element_bytes, the caller's, alive and
+  // unmoved while the swapper lives) and frees the swapper's own copy: a caller whose flat array
+  // holds the parameters anyway stops keeping them twice. FailedPrecondition if `id` is on NVMe.
+  Status AdoptCpuStorage(ParamId id, uint8_t* storage);
   // Starts writing the given resident parameters back to NVMe; buffers stay allocated.
   Status SwapOut(std::span<const ParamId> ids);
   // Waits for each parameter's outstanding I/O, then frees its buffer (without writing it: use

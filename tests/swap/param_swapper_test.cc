@@ -132,6 +132,27 @@ TEST_P(ParamSwapperTest, MaxInCpuKeepsTheFirstParamsInMemory) {
   EXPECT_EQ(sw->stats().params_in_cpu, 2u);
 }
 
+TEST_P(ParamSwapperTest, AdoptCpuStorageMovesTheBytesAndRefusesNvmeParams) {
+  auto aio = MakeAio();
+  auto o = Options();
+  o.max_in_cpu = 1000;
+  auto sw = std::move(ParamSwapper::Create(o, aio.get())).value();
+  ASSERT_TRUE(sw->Register(1, 600).ok());
+  ASSERT_TRUE(sw->Register(3, 700).ok());  // past max_in_cpu: NVMe
+  const std::vector<uint8_t> a = testing::RandomBytes(600 * o.element_bytes, 71);
+  std::memcpy(sw->Data(1)->data(), a.data(), a.size());
+  std::vector<uint8_t> storage(a.size(), 0);
+  ASSERT_TRUE(sw->AdoptCpuStorage(1, storage.data()).ok());
+  EXPECT_EQ(storage, a);
+  auto d = sw->Data(1);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->data(), storage.data());
+  EXPECT_EQ(d->size(), a.size());
+  std::vector<uint8_t> other(700 * o.element_bytes);
+  EXPECT_THAT(sw->AdoptCpuStorage(3, other.data()),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("param 3")));
+}
+
 TEST_P(ParamSwapperTest, ConcurrentSwapInsFromTwoThreads) {
   auto aio = MakeAio();
   auto o = Options();

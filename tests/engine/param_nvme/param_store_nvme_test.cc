@@ -2,7 +2,7 @@
 // come back through Acquire while the shards cycle through buffers that hold two at a time; a
 // partial-range Write keeps the neighbours; Prefetch beyond the buffers' capacity does not fail;
 // unwritten shards read as zeros; a flipped byte on disk is DataLoss naming the swap file; the
-// CPU-kept shards (max_in_cpu) never touch NVMe.
+// CPU-kept shards (max_in_cpu) never touch NVMe and can move into the caller's flat array.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -254,6 +254,46 @@ TEST(NvmeParamStoreTest, ShardsWithinMaxInCpuStayInCpuMemory) {
   EXPECT_EQ(f.store->nvme_bytes(), 12288u + 4096u + 8192u);  // 4 KiB-aligned extents
   EXPECT_GE(f.store->cpu_bytes(), 4050u * 4u);
   EXPECT_EQ(f.store->nvme_write_bytes(), (2900u + 1u + 2000u) * 4u);
+}
+
+// Note [Shared CPU shards]: after ShareCpuFlat the CPU-kept shards are ranges of the caller's
+// flat array (their bytes moved there), a Write from another buffer lands in that array, a Write
+// from the array itself changes nothing, and the NVMe shards are untouched by either.
+TEST(NvmeParamStoreTest, SharedCpuShardsAreRangesOfTheFlatArray) {
+  Fixture f(DType::kFloat32, 4050);  // params 0-2 kept in CPU, 3-5 on NVMe
+  ASSERT_NE(f.store, nullptr);
+  const std::vector<uint8_t> a = testing::RandomBytes(f.bytes(), testing::TestSeed());
+  ASSERT_THAT(f.store->Write(0, a.data(), f.layout.partition_numel(), f.stream), IsOk());
+  std::vector<uint8_t> flat(f.bytes(), 0xAB);
+  const uint64_t cpu_before = f.store->cpu_bytes();
+  ASSERT_THAT(f.store->ShareCpuFlat(flat.data()), IsOk());
+  EXPECT_EQ(cpu_before - f.store->cpu_bytes(), 4050u * 4u);  // the array's owner counts them
+  // Whether shard i's range of the array holds `want`'s bytes there.
+  auto in_flat = [&](size_t i, const std::vector<uint8_t>& want) {
+    const ShardSlice& s = f.layout.slices()[i];
+    const size_t at = s.flat_offset * f.cb();
+    return std::memcmp(flat.data() + at, want.data() + at, s.shard_numel * f.cb()) == 0;
+  };
+  // The CPU shards' bytes moved into the array; the NVMe shards' ranges are not the store's.
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(in_flat(i, a)) << "param " << i;
+  EXPECT_EQ(flat[f.layout.slices()[3].flat_offset * f.cb()], 0xAB);
+  for (size_t i = 0; i < 3; ++i) {
+    Result<ShardView> v = f.store->Acquire(i);
+    ASSERT_THAT(v.status(), IsOk());
+    EXPECT_EQ(v->data, flat.data() + f.layout.slices()[i].flat_offset * f.cb()) << "param " << i;
+    ASSERT_THAT(f.store->Done(i, f.stream), IsOk());
+  }
+  f.ExpectShards(a);
+  // A Write from elsewhere lands in the array.
+  const std::vector<uint8_t> b = testing::RandomBytes(f.bytes(), testing::TestSeed() + 1);
+  ASSERT_THAT(f.store->Write(0, b.data(), f.layout.partition_numel(), f.stream), IsOk());
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(in_flat(i, b)) << "param " << i;
+  f.ExpectShards(b);
+  // New values written into the array, then "written" from it: every shard reads them.
+  const std::vector<uint8_t> c = testing::RandomBytes(f.bytes(), testing::TestSeed() + 2);
+  std::memcpy(flat.data(), c.data(), c.size());
+  ASSERT_THAT(f.store->Write(0, flat.data(), f.layout.partition_numel(), f.stream), IsOk());
+  f.ExpectShards(c);
 }
 
 TEST(NvmeParamStoreTest, AShardLargerThanTheBuffersIsRefusedAtCreate) {
