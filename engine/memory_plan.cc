@@ -25,11 +25,19 @@ namespace strata {
 // exp_avg_sq of each sub-group as one swap extent (each part 4 KiB aligned), buffer_count pinned
 // buffers of the largest sub-group, the fp32 gradient partition in pinned CPU memory;
 // offload_param nvme: buffer_count x buffer_size
-// elements of pinned buffers, max_in_cpu elements kept in pinned CPU memory, the rest on NVMe;
+// elements of pinned buffers, max_in_cpu elements kept in the (pinned) updated parameter
+// staging, the rest on NVMe;
 // each swapper's AioHandle may allocate a pageable bounce buffer of queue_depth x block_size
 // per thread (only for unaligned requests; counted to be safe).
 
 namespace {
+
+// With offload_param nvme the staging also holds the shards kept in CPU (max_in_cpu).
+std::string StagingLabel(OffloadDevice param_device) {
+  return param_device == OffloadDevice::kNvme
+             ? "updated parameter staging (+ the max_in_cpu parameter shards)"
+             : "updated parameter staging";
+}
 
 constexpr uint64_t kAlignNumel = 64;      // engine.cc's partition alignment
 constexpr uint64_t kDeviceGranule = 256;  // DeviceArena::kAlignment (cudaMalloc: 256/512)
@@ -217,9 +225,9 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
                  z.offload_param.pin_memory);
         break;
       case OffloadDevice::kNvme: {
-        // engine/param_store_nvme.cc: ParamSwapper keeps shards in (pageable) CPU memory while
-        // their running total stays within max_in_cpu; the others get one 4 KiB-aligned swap
-        // extent each.
+        // engine/param_store_nvme.cc: ParamSwapper keeps shards in CPU memory while their
+        // running total stays within max_in_cpu; the others get one 4 KiB-aligned swap extent
+        // each.
         const uint64_t max_in_cpu =
             static_cast<uint64_t>(std::max<int64_t>(z.offload_param.max_in_cpu, 0));
         uint64_t in_cpu = 0, swap = 0;
@@ -231,7 +239,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
             swap += RoundUp(s.shard_numel * cb, kSwapAlign);
           }
         }
-        p.Add(PlanTier::kPageableCpu, "parameter shards kept in CPU (max_in_cpu)", in_cpu * cb);
+        // The ones kept in CPU live in the updated parameter staging (Note [Shared CPU shards]
+        // in param_store_nvme.cc): no bytes of their own.
         p.Pinned("parameter swap buffers (buffer_count x buffer_size)",
                  static_cast<uint64_t>(z.offload_param.buffer_count) *
                      RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kSwapAlign),
@@ -274,7 +283,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       if (split > 0) {
         p.Device("fp32 master + moments of the device sub-groups (ratio)", 12 * split);
       }
-      if (pd != OffloadDevice::kCpu) p.Pinned("updated parameter staging", part * cb, opt_pin);
+      if (pd != OffloadDevice::kCpu) p.Pinned(StagingLabel(pd), part * cb, opt_pin);
       break;
     case OffloadDevice::kNvme: {
       uint64_t largest_group = 0, swap = 0;
@@ -291,7 +300,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one sub-group)", 12 * largest_group, opt_pin);
-      if (pd != OffloadDevice::kCpu) p.Pinned("updated parameter staging", part * cb, opt_pin);
+      if (pd != OffloadDevice::kCpu) p.Pinned(StagingLabel(pd), part * cb, opt_pin);
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
             static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *
