@@ -30,6 +30,14 @@ class ParamCoordinatorPoolTest : public ::testing::Test {
     EXPECT_THAT(device_->DestroyStream(gather_), IsOk());
   }
   uint64_t InUse() const { return device_->MemoryStats().in_use_bytes; }
+  // The compute stream's next operation spins until `go`: what it enqueued after stays pending.
+  void HoldCompute(std::atomic<bool>& go) {
+    ASSERT_THAT(compute_.LaunchHostFunc([&go]() {
+      while (!go.load()) std::this_thread::yield();
+      return Status::Ok();
+    }),
+                IsOk());
+  }
 
   std::unique_ptr<Device> device_;
   Stream compute_, gather_;
@@ -82,11 +90,7 @@ TEST_F(ParamCoordinatorPoolTest, ABusyBufferIsPassedOverWhileTheLimitHasRoom) {
   GatherPool pool(device_.get(), 1 << 20);
   void* p = pool.Take(4096, gather_, 0).value();
   std::atomic<bool> go{false};
-  ASSERT_THAT(compute_.LaunchHostFunc([&go]() {
-    while (!go.load()) std::this_thread::yield();
-    return Status::Ok();
-  }),
-              IsOk());
+  HoldCompute(go);
   ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
   // The last use is still running: a new buffer, and the gather stream does not wait for it.
   void* q = pool.Take(4096, gather_, 0).value();
@@ -110,11 +114,7 @@ TEST_F(ParamCoordinatorPoolTest, ABusyBufferIsReusedOnTheStreamOfItsLastUse) {
   GatherPool pool(device_.get(), 1 << 20);
   void* p = pool.Take(4096, compute_, 0).value();
   std::atomic<bool> go{false};
-  ASSERT_THAT(compute_.LaunchHostFunc([&go]() {
-    while (!go.load()) std::this_thread::yield();
-    return Status::Ok();
-  }),
-              IsOk());
+  HoldCompute(go);
   ASSERT_THAT(pool.Give(p, 4096, compute_), IsOk());
   // Taken for the same stream: its order already puts the new writes after the last use, so
   // the buffer is reused rather than a second one allocated (the persistent regather's case).
