@@ -148,9 +148,7 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
         ParamState& st = state_[i];
         if (++st.backward_seen == st.users) {
           st.backward_seen = 0;
-          nn::Parameter* p = o_.params[i];
-          STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
-          if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);  // the reducer frees it
+          STRATA_RETURN_IF_ERROR(SlotReady(i));
         }
       }
       return Status::Ok();
@@ -328,8 +326,20 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   st.slot = static_cast<float*>(*slot);
   AddLive(numel * sizeof(float));
   slot_bytes_ += numel * sizeof(float);
-  STRATA_RETURN_IF_ERROR(LaunchFill(o_.compute, st.slot, DType::kFloat32, 0.0f, numel));
-  p->set_grad(st.slot, DType::kFloat32);
+  // Fresh: the first backward contribution writes it (nn/parameter.h: Note [Fresh gradient
+  // slots]); SlotReady zeroes one no module wrote. A 135 MB zeroing pass on the compute stream
+  // less per step in bench/overlap's balanced size.
+  p->set_grad(st.slot, DType::kFloat32, /*fresh=*/true);
+  return Status::Ok();
+}
+
+Status ZeroHooks::SlotReady(size_t i) {
+  nn::Parameter* p = o_.params[i];
+  // A slot still fresh was not written by this pass (Note [Fresh gradient slots]): its gradient
+  // is zero.
+  STRATA_RETURN_IF_ERROR(nn::ZeroGradIfFresh(o_.compute, *p));
+  STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
+  if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);  // the reducer frees it
   return Status::Ok();
 }
 
@@ -351,9 +361,7 @@ Status ZeroHooks::FinishBackward() {
     ParamState& st = state_[i];
     if (st.backward_seen == 0) continue;  // complete (reduced) or not used in this backward
     st.backward_seen = 0;
-    nn::Parameter* p = o_.params[i];
-    STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
-    if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);
+    STRATA_RETURN_IF_ERROR(SlotReady(i));
   }
   return o_.reducer->Flush();
 }

@@ -154,6 +154,8 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   bool IsLive(size_t i) const override { return state_[i].persistent || state_[i].full != nullptr; }
   bool IsPersistent(size_t i) const override { return state_[i].persistent; }
   Status AcquireSlot(size_t i);
+  // The pass is over for parameter i: its slot (zeroed if no module wrote it) goes to the reducer.
+  Status SlotReady(size_t i);
   void AddLive(uint64_t bytes);
   // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first.
   Result<void*> AllocateSlot(size_t bytes);

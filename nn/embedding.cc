@@ -29,6 +29,7 @@ Status Embedding::Backward(const RunContext& ctx, const Tensor& dout) {
       return FailedPreconditionError(name() + ": backward without a matching forward");
     }
     if (w_.grad() == nullptr) return Status::Ok();
+    STRATA_RETURN_IF_ERROR(ZeroGradIfFresh(ctx.stream, w_));  // Note [Fresh gradient slots]
     return EmbeddingBackward(ctx.stream, ids_, n_, dout.f32(), w_.grad(), w_.grad_dtype(),
                              w_.shape()[0], w_.shape()[1]);
   });

@@ -50,14 +50,19 @@ Status Linear::DoBackward(const RunContext& ctx, const Tensor& dy, const Tensor&
     STRATA_RETURN_IF_ERROR(Gemm(ctx.stream, g));
   }
   if (w_->grad() != nullptr) {
+    // A fresh fp32 slot is written (beta 0); a 16-bit one is accumulated into (Gemm's rule), so
+    // it is zeroed first (Note [Fresh gradient slots]).
+    const bool write = w_->grad_fresh() && w_->grad_dtype() == DType::kFloat32;
+    if (!write) STRATA_RETURN_IF_ERROR(ZeroGradIfFresh(ctx.stream, *w_));
     GemmArgs g;  // dW [out, in] += dy^T [out, n] x [n, in]
     g.trans_a = true;
     g.m = out, g.n = in, g.k = n;
     g.a = dy.data, g.lda = out;
     g.b = x_.data, g.ldb = in;
     g.c = w_->grad(), g.c_dtype = w_->grad_dtype(), g.ldc = in;
-    g.beta = 1.0f;
+    g.beta = write ? 0.0f : 1.0f;
     STRATA_RETURN_IF_ERROR(Gemm(ctx.stream, g));
+    w_->mark_grad_written();
   }
   return Status::Ok();
 }

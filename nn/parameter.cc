@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "offload/device/kernels.h"
 
 namespace strata::nn {
 namespace {
@@ -68,6 +69,14 @@ Status UploadParameter(const Stream& stream, const Parameter& p, const void* src
   }
   STRATA_RETURN_IF_ERROR(stream.CopyAsync(p.data(), host, p.size_bytes(), CopyKind::kHostToDevice));
   return stream.Synchronize();
+}
+
+Status ZeroGradIfFresh(const Stream& stream, Parameter& p) {
+  if (!p.grad_fresh()) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(
+      LaunchFill(stream, p.grad(), p.grad_dtype(), 0.0f, static_cast<size_t>(p.numel())));
+  p.mark_grad_written();
+  return Status::Ok();
 }
 
 Status DownloadParameter(const Stream& stream, const Parameter& p, void* dst, DType dst_dtype,

@@ -3,7 +3,8 @@
 // partitions and releases it — through set_data / set_grad; the Parameter never allocates.
 //
 // Gradients accumulate: every backward adds (+=) into grad(), in grad_dtype(), so micro-batches
-// sum until the owner zeroes the slot (ParameterStorage::ZeroGrads or the engine). A parameter
+// sum until the owner zeroes the slot (ParameterStorage::ZeroGrads or the engine), or hands it a
+// fresh slot (Note [Fresh gradient slots]): the first backward then writes it. A parameter
 // whose data() is null is "released" (ZeRO-3 between uses): running a module that reads it is a
 // FailedPrecondition naming it, so a missing gather is an error, not a crash.
 #pragma once
@@ -42,10 +43,21 @@ class Parameter {
   // not wanted (frozen), and backward skips it.
   void* grad() const { return grad_; }
   DType grad_dtype() const { return grad_dtype_; }
-  void set_grad(void* grad, DType grad_dtype) {
+  void set_grad(void* grad, DType grad_dtype, bool fresh = false) {
     grad_ = grad;
     grad_dtype_ = grad_dtype;
+    grad_fresh_ = fresh && grad != nullptr;
   }
+  // Note [Fresh gradient slots]
+  // A fresh slot holds no gradient yet and is not zeroed (its bytes are whatever they were): the
+  // next backward contribution writes it (=) instead of adding (+=) and clears the mark, so an
+  // owner that hands out a new slot per backward pass (the engine's stage 3 slots) saves a
+  // zeroing pass over every gradient. A GEMM writes with beta = 0, which OpenBLAS runs as "zero
+  // C, then add the product", the same bits as zeroing first; the small writers (RMSNorm, the
+  // embedding's scatter-add) zero the slot first (ZeroGradIfFresh). The owner zeroes a slot that
+  // is still fresh when the pass is over (no module wrote it) before reading it.
+  bool grad_fresh() const { return grad_fresh_; }
+  void mark_grad_written() { grad_fresh_ = false; }
   Tensor grad_tensor() const { return Tensor(grad_, grad_dtype_, shape_); }
 
   // Index in the root module's NamedParameters() order (-1 before naming).
@@ -62,8 +74,13 @@ class Parameter {
   void* data_ = nullptr;
   void* grad_ = nullptr;
   DType grad_dtype_ = DType::kFloat32;
+  bool grad_fresh_ = false;
   int64_t index_ = -1;
 };
+
+// A fresh gradient slot (Note [Fresh gradient slots]) is zeroed on `stream` and marked written,
+// so the caller can add into it; any other slot is left as it is.
+Status ZeroGradIfFresh(const Stream& stream, Parameter& p);
 
 // Copies `numel` host elements of `src_dtype` into p.data(), converting to p.dtype() (round to
 // nearest even). Synchronous: returns when the data is on the device. InvalidArgument naming the

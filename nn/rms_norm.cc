@@ -34,6 +34,7 @@ Status RmsNorm::DoBackward(const RunContext& ctx, const Tensor& dy, const Tensor
   if (x_.empty() || dy.numel() != rows_ * dim) {
     return FailedPreconditionError(name() + ": backward without a matching forward");
   }
+  STRATA_RETURN_IF_ERROR(ZeroGradIfFresh(ctx.stream, w_));  // Note [Fresh gradient slots]
   return RmsNormBackward(ctx.stream, x_.f32(), w_.data(), w_.dtype(), rstd_.f32(), dy.f32(), rows_,
                          dim, dx.empty() ? nullptr : dx.f32(), w_.grad(), w_.grad_dtype());
 }

@@ -16,6 +16,7 @@
 #include "models/llama/llama_layers.h"
 #include "offload/device/kernels.h"
 #include "tests/engine/overlap/overlap_cases.h"
+#include "tests/support/inf_injector.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
@@ -104,19 +105,10 @@ TEST_P(StepOverlapOverflowTest, AnOverflowStepIsSkippedExactly) {
   testing::ScratchDir dir;
   auto comm = testing::MakeLocalComm();
   // Steps 1 and 3 overflow: +Inf in the first element of the LM head's gradient slot before its
-  // backward (as tests/engine/train/engine_step_test.cc injects it), in every micro-batch.
-  struct InfInjector final : nn::ModuleHooks {
-    bool armed = false;
-    Status OnHook(nn::HookPoint point, nn::Module& m, const nn::RunContext& ctx) override {
-      if (point != nn::HookPoint::kPreBackward || !armed) return Status::Ok();
-      auto* linear = static_cast<nn::Linear*>(&m);
-      return LaunchFill(ctx.stream, linear->weight().grad(), DType::kFloat32,
-                        std::numeric_limits<float>::infinity(), 1);
-    }
-  };
+  // backward (tests/support/inf_injector.h), in every micro-batch.
   OverlapRun runs[2];
   for (int overlap = 0; overlap < 2; ++overlap) {
-    InfInjector inject;
+    testing::InfInjector inject(nullptr);
     OverlapRunOptions o;
     o.steps = 5;
     o.nvme_dir = dir.File(overlap ? "overlap" : "serial");
@@ -124,7 +116,7 @@ TEST_P(StepOverlapOverflowTest, AnOverflowStepIsSkippedExactly) {
     o.hook_module = [](llama::LlamaForCausalLM& m) -> nn::Module* { return &m.lm_head(); };
     o.arg = &inject;
     o.before_step = [](int step, void* arg) {
-      static_cast<InfInjector*>(arg)->armed = step % 2 == 1;
+      static_cast<testing::InfInjector*>(arg)->armed = step % 2 == 1;
     };
     runs[overlap] = testing::RunOverlapCase(*comm, c, overlap == 1, o);
   }

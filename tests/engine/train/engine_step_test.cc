@@ -11,6 +11,7 @@
 
 #include "offload/device/kernels.h"
 #include "tests/engine/train/engine_fixture.h"
+#include "tests/support/inf_injector.h"
 #include "tests/support/status_matchers.h"
 
 namespace strata {
@@ -27,20 +28,6 @@ std::string Stage3Keys(const char* opt, const char* param) {
 
 // Writes +Inf into the first element of `target`'s gradient slot before `module`'s backward
 // when armed (the slot exists by then: the engine's hooks run first).
-class InfInjector final : public nn::ModuleHooks {
- public:
-  explicit InfInjector(nn::Parameter* target) : target_(target) {}
-  bool armed = false;
-  Status OnHook(nn::HookPoint point, nn::Module&, const nn::RunContext& ctx) override {
-    if (point != nn::HookPoint::kPreBackward || !armed) return Status::Ok();
-    return LaunchFill(ctx.stream, target_->grad(), DType::kFloat32,
-                      std::numeric_limits<float>::infinity(), 1);
-  }
-
- private:
-  nn::Parameter* target_;
-};
-
 // DeepSpeed's DynamicLossScaler.update_scale (with its stable_interval), written out here as the
 // oracle.
 struct ReferenceScaler {
@@ -93,7 +80,7 @@ TEST_P(EngineFp16Test, InjectedInfGivesDeepSpeedsSkipBackoffHysteresisGrowSequen
   auto engine = Engine::Initialize(*model, config, *comm, *device, init);
   ASSERT_THAT(engine.status(), IsOk());
   Engine& e = **engine;
-  InfInjector inject(&model->lm_head().weight());
+  testing::InfInjector inject(&model->lm_head().weight());
   model->lm_head().AddHooks(&inject);
 
   const testing::TokenData data = testing::RandomTokens(13, 10, 2, 16, 256);
