@@ -53,7 +53,9 @@ class AdamAlone {
   int64_t step_ = 0;
 };
 
-// GB/s (1e9 B/s) of a single-thread memcpy between two fresh-touched 64 MiB buffers.
+// GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
+// host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's
+// memcpy uses at this size).
 double MeasureMemcpyGbps();
 
 struct AioSpeed {

@@ -6,6 +6,7 @@
 
 #include "offload/device/host/device_arena.h"
 #include "offload/device/host/host_kernels.h"
+#include "offload/device/host/streaming_copy.h"
 
 namespace strata::internal {
 
@@ -114,7 +115,16 @@ void HostStream::Run() {
 }
 
 Status HostStream::ExecuteCopy(const HostOp& op) {
-  if (op.size_bytes != 0 && op.dst != op.src) std::memmove(op.dst, op.src, op.size_bytes);
+  if (op.size_bytes != 0 && op.dst != op.src) {
+    const auto* s = static_cast<const uint8_t*>(op.src);
+    const auto* d = static_cast<const uint8_t*>(op.dst);
+    const bool overlap = d < s + op.size_bytes && s < d + op.size_bytes;
+    if (overlap || op.copy_kind == CopyKind::kHostToHost) {
+      std::memmove(op.dst, op.src, op.size_bytes);
+    } else {  // the link (or the device's own) copy: Note [Streaming copies]
+      StreamingCopy(op.dst, op.src, op.size_bytes);
+    }
+  }
   LinkPacer* pacer = nullptr;
   switch (op.copy_kind) {
     case CopyKind::kHostToDevice:
