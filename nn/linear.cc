@@ -54,7 +54,7 @@ Status Linear::DoBackward(const RunContext& ctx, const Tensor& dy, const Tensor&
     // it is zeroed first (Note [Fresh gradient slots]).
     const bool write = w_->grad_fresh() && w_->grad_dtype() == DType::kFloat32;
     if (!write) STRATA_RETURN_IF_ERROR(ZeroGradIfFresh(ctx.stream, *w_));
-    GemmArgs g;  // dW [out, in] += dy^T [out, n] x [n, in]
+    GemmArgs g;  // dW [out, in] (+)= dy^T [out, n] x [n, in]
     g.trans_a = true;
     g.m = out, g.n = in, g.k = n;
     g.a = dy.data, g.lda = out;

@@ -1,6 +1,7 @@
 // Linear (no bias): y[N, out] = x[N, in] W^T with W [out, in] (PyTorch's layout). Backward:
 // dx = dy W (overwritten, or added when accumulate_input_grad — for projections that share an
-// input, like q/k/v), dW += dy^T x. Keeps a view of x until Backward.
+// input, like q/k/v), dW += dy^T x (dW = dy^T x into a fresh slot: nn/parameter.h). Keeps a
+// view of x until Backward.
 #pragma once
 
 #include <cstdint>
