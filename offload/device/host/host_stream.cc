@@ -38,8 +38,9 @@ Status HostStream::ErrorCovering(uint64_t seq) const {
   return Status::Ok();
 }
 
-Status HostStream::WaitFor(uint64_t seq) {
+Status HostStream::WaitFor(uint64_t seq, bool* blocked) {
   std::unique_lock lock(mu_);
+  if (blocked != nullptr) *blocked = completed_ < seq;
   if (completed_ < seq) {
     ++done_waiters_;
     done_cv_.wait(lock, [&] { return completed_ >= seq; });
@@ -140,16 +141,15 @@ Status HostStream::ExecuteCopy(const HostOp& op) {
       break;
   }
   if (pacer == nullptr || !pacer->throttled()) {
-    ready_time_known_ = false;
+    ready_time_ = Clock::now();
     return Status::Ok();
   }
-  // Note [Pacing without drift]
-  Clock::time_point start = op.enqueued;
-  if (ready_time_known_ && ready_time_ > start) start = ready_time_;
+  // Note [Pacing without drift]: the copy starts once it is enqueued and the stream's previous
+  // op (a copy, a kernel, a wait for another stream's event) is done, and the link is free.
+  const Clock::time_point start = std::max(op.enqueued, ready_time_);
   const Clock::time_point end = pacer->Reserve(start, op.size_bytes);
   std::this_thread::sleep_until(end);
   ready_time_ = end;
-  ready_time_known_ = true;
   return Status::Ok();
 }
 
@@ -157,12 +157,16 @@ Status HostStream::Execute(HostOp& op) {
   switch (op.type) {
     case HostOp::Type::kCopy:
       return ExecuteCopy(op);
-    case HostOp::Type::kHostFunc:
-      ready_time_known_ = false;
-      return op.task();
-    case HostOp::Type::kKernel:
-      ready_time_known_ = false;
-      return RunHostKernel(op.kernel);
+    case HostOp::Type::kHostFunc: {
+      Status s = op.task();
+      ready_time_ = Clock::now();
+      return s;
+    }
+    case HostOp::Type::kKernel: {
+      Status s = RunHostKernel(op.kernel);
+      ready_time_ = Clock::now();
+      return s;
+    }
     case HostOp::Type::kMarker: {
       const Clock::time_point now = Clock::now();
       std::lock_guard lock(op.slot->mu);
@@ -173,8 +177,11 @@ Status HostStream::Execute(HostOp& op) {
       return Status::Ok();
     }
     case HostOp::Type::kWait: {
-      Status s = op.wait_stream->WaitFor(op.wait_seq);
-      ready_time_known_ = false;
+      // A wait that blocks ends the stream's previous op now; one already satisfied does not
+      // (its copies keep their emulated start, without the wake-up's oversleep).
+      bool blocked = false;
+      Status s = op.wait_stream->WaitFor(op.wait_seq, &blocked);
+      if (blocked) ready_time_ = std::max(ready_time_, Clock::now());
       if (!s.ok()) {
         return s.WithContext("waiting on an event of stream " +
                              std::to_string(op.wait_stream->index()));

@@ -84,8 +84,9 @@ class HostStream {
   // Blocks until the ops queued so far are done; the sticky error, if any.
   Status Synchronize();
   Result<bool> Query();
-  // Blocks until op `seq` is done; an error if op `seq` or an earlier one failed.
-  Status WaitFor(uint64_t seq);
+  // Blocks until op `seq` is done; an error if op `seq` or an earlier one failed. `blocked`, if
+  // given, says whether it had to wait.
+  Status WaitFor(uint64_t seq, bool* blocked = nullptr);
   Result<bool> QueryUpTo(uint64_t seq);
   // Drains the queue, stops the worker, and refuses further work. Idempotent.
   Status Shutdown();
@@ -116,9 +117,9 @@ class HostStream {
   uint64_t error_seq_ = 0;  // 0: healthy
   uint64_t skipped_ = 0;
 
-  // Worker-only: emulated time the stream finished its previous op (Note [Pacing without drift]).
+  // Worker-only: when the stream finished its previous op (Note [Pacing without drift]): a paced
+  // copy's emulated end, else the real time a kernel, host function or blocking wait ended.
   Clock::time_point ready_time_{};
-  bool ready_time_known_ = false;
 
   std::thread worker_;
 };

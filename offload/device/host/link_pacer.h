@@ -23,6 +23,12 @@ using Clock = std::chrono::steady_clock;
 //   max(time the op was enqueued, emulated end of the stream's previous op, link free time)
 // — the time a real DMA engine would have started it — rather than the wake-up time. The
 // oversleep is therefore not accumulated, and a burst of copies achieves the set bandwidth.
+// The stream's previous op ends at its emulated end if it was a paced copy, and at its real end
+// if it was a kernel, a host function or a wait that blocked for another stream's event: a copy
+// queued behind a wait cannot start before the event fires. (Until 2026-11-24 only a copy's end
+// counted, so a copy behind a wait or a kernel was paced from its enqueue time and a long wait
+// hid its link time: the overlapped step's gradient D2H, queued during backward behind the
+// reduce stream's event, crossed the link for free.)
 class LinkPacer {
  public:
   // bandwidth_gbps in GB/s (1e9 bytes per second); <= 0 means unthrottled.
