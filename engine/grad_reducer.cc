@@ -129,7 +129,10 @@ Status GradReducer::Ready(size_t param, float* slot) {
   queue_.emplace_back(param, slot);
   queued_numel_ += o_.layout->slices()[param].numel;
   const bool hint = flush_hint_ && flush_hint_(param);  // asked for every parameter
-  if (queued_numel_ >= o_.bucket_numel || hint) return ReduceBucket();
+  // One rank has nothing to communicate: a bucket would only hold the slot and delay its copy
+  // to the host (the optimizer overlapped with backward waits for it), so each slot goes alone.
+  const bool alone = o_.comm->world_size() == 1 && !o_.bucket_one_rank;
+  if (alone || queued_numel_ >= o_.bucket_numel || hint) return ReduceBucket();
   return Status::Ok();
 }
 

@@ -5,7 +5,8 @@
 //
 // Buckets (DeepSpeed's reduce_bucket_size, in elements): ready slots queue up in the order they
 // become ready (backward order) and are reduced together once the queue holds at least
-// `bucket_numel` elements, and at Flush. With `overlap` (overlap_comm) a bucket runs on the comm
+// `bucket_numel` elements, and at Flush (on one rank, with nothing to communicate, each slot
+// is reduced as soon as it is ready). With `overlap` (overlap_comm) a bucket runs on the comm
 // stream after an event recorded on the compute stream (so the reduce sees every write backward
 // made), and Flush makes later compute work wait for it; without overlap everything runs on the
 // compute stream in issue order. The arithmetic is the same either way (one reduce-scatter and
@@ -58,6 +59,9 @@ struct GradReducerOptions {
   Stream comm_stream;       // used when overlap
   bool overlap = false;     // zero_optimization.overlap_comm
   size_t bucket_numel = 0;  // zero_optimization.reduce_bucket_size; 0 = every slot alone
+  // On one rank each slot is reduced alone whatever bucket_numel (nothing to communicate); true
+  // holds them in buckets there too (the bucket logic's own tests).
+  bool bucket_one_rank = false;
   const PartitionLayout* layout = nullptr;
   // Device: flat elements [0, host_begin) of this rank's fp32 gradient partition (+= target);
   // may be null when host_begin is 0.

@@ -1,6 +1,8 @@
 // GradReducer (engine/grad_reducer.h) into a host partition. The flush hint: a parameter the hint
 // names reduces the queued bucket at once, the others wait for the bucket to fill; the host
-// partition gets the same sums either way (a plain float reference: one += per parameter). A stale
+// partition gets the same sums either way (a plain float reference: one += per parameter). On one
+// rank (nothing to communicate) every slot is reduced as soon as it is ready, whatever the bucket
+// size, unless the options ask for buckets there too (the hint test does). A stale
 // host partition (Note [Copy first]): the pass after MarkHostStale copies, zeroes what it did not
 // reduce, adds a second contribution of the same parameter, and the next pass adds.
 #include <gtest/gtest.h>
@@ -42,7 +44,8 @@ struct Rig {
   }
 };
 
-void MakeRig(Rig* r, const std::vector<size_t>& numels, size_t bucket) {
+void MakeRig(Rig* r, const std::vector<size_t>& numels, size_t bucket,
+             bool bucket_one_rank = true) {
   HostDeviceOptions ho;
   Result<std::unique_ptr<Device>> d = CreateHostDevice(ho);
   ASSERT_THAT(d.status(), IsOk());
@@ -60,6 +63,7 @@ void MakeRig(Rig* r, const std::vector<size_t>& numels, size_t bucket) {
   o.device = r->device.get();
   o.compute = r->compute;
   o.bucket_numel = bucket;
+  o.bucket_one_rank = bucket_one_rank;
   o.layout = &r->layout;
   o.host_partition = r->host.data();
   o.pin_memory = false;
@@ -112,6 +116,38 @@ TEST(GradReducerFlushHintTest, HintedParameterReducesTheBucketAtOnceWithTheSameS
     const size_t off = r.layout.slices()[p].flat_offset;
     for (size_t i = 0; i < numels[p]; ++i) {
       ASSERT_EQ(r.host[off + i], static_cast<float>(want[off + i])) << p << ":" << i;
+    }
+  }
+}
+
+TEST(GradReducerOneRankTest, EverySlotIsReducedAtOnceWhateverTheBucketSize) {
+  std::mt19937_64 rng(testing::TestSeed());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const std::vector<size_t> numels = {300, 17, 1000, 64, 5, 777};
+  Rig r;
+  ASSERT_NO_FATAL_FAILURE(
+      MakeRig(&r, numels, /*bucket=*/1'000'000, /*bucket_one_rank=*/false));  // never fills
+  std::vector<float> want(r.layout.partition_numel(), 0.0f);
+  for (size_t p = 0; p < numels.size(); ++p) {
+    std::vector<float> g(numels[p]);
+    for (float& x : g) x = u(rng);
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < g.size(); ++i) want[off + i] += g[i];
+    ASSERT_THAT(r.compute.CopyAsync(r.slots[p], g.data(), g.size() * sizeof(float),
+                                    CopyKind::kHostToDevice),
+                IsOk());
+    ASSERT_THAT(r.compute.Synchronize(), IsOk());
+    ASSERT_THAT(r.reducer->Ready(p, static_cast<float*>(r.slots[p])), IsOk());
+    EXPECT_EQ(r.reducer->bucket_count(), p + 1) << "parameter " << p;
+    EXPECT_EQ(r.reducer->reduced_count(), p + 1) << "parameter " << p;
+  }
+  ASSERT_THAT(r.reducer->Flush(), IsOk());
+  ASSERT_THAT(r.compute.Synchronize(), IsOk());
+  EXPECT_EQ(r.reducer->bucket_count(), numels.size());  // Flush found nothing queued
+  for (size_t p = 0; p < numels.size(); ++p) {
+    const size_t off = r.layout.slices()[p].flat_offset;
+    for (size_t i = 0; i < numels[p]; ++i) {
+      ASSERT_EQ(r.host[off + i], want[off + i]) << p << ":" << i;
     }
   }
 }
