@@ -362,6 +362,13 @@ const StepBreakdown& Engine::last_breakdown() const { return impl_->last_breakdo
 
 Status Engine::FlushTrace() { return impl_->tracer->Flush(); }
 
+Status Engine::Synchronize() {
+  STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
+  if (impl_->nvme_opt != nullptr) STRATA_RETURN_IF_ERROR(impl_->nvme_opt->SettleWrites());
+  if (impl_->store != nullptr) STRATA_RETURN_IF_ERROR(impl_->store->Drain());
+  return Status::Ok();
+}
+
 Status Engine::ReadMaster(size_t flat_begin, std::span<float> out) {
   if (impl_->nvme_opt != nullptr) {
     return impl_->nvme_opt->ReadState(flat_begin, out.size(), out.data(), nullptr, nullptr);

@@ -123,6 +123,11 @@ class Engine {
   bool IsGradientAccumulationBoundary() const;
   // The last Forward's loss (synchronizes the compute stream).
   Result<float> Loss();
+  // Waits for the I/O a step leaves in flight (the overlapped step's NVMe optimizer writes, the
+  // stage-3 parameter store's write-back) and reports the first failure; the next step would
+  // wait for them anyway. For benchmarks that must not let one step's writes run into what they
+  // time next, and for callers about to hand the disk to something else.
+  Status Synchronize();
 
   const EngineStats& stats() const { return stats_; }
   const PartitionLayout& layout() const { return layout_; }

@@ -185,6 +185,10 @@ class NvmeOptimizerState {
   // Waits for every write in flight (the first error), drops every read and valid copy. Calls
   // the drain hook first.
   Status DrainAsync();
+  // Waits for every write in flight (the first error) and keeps the buffers' contents valid: the
+  // next step takes those states from the buffers, as it would have without the wait. Calls the
+  // drain hook first.
+  Status SettleWrites();
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
   // The first of `wanted` (non-empty sub-groups, in the order they will be needed) whose states

@@ -311,6 +311,17 @@ Status NvmeOptimizerState::DrainAsync() {
   return first;
 }
 
+Status NvmeOptimizerState::SettleWrites() {
+  if (drain_hook_) drain_hook_();
+  Status first;
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    if (slots_[k].state != Slot::State::kWriting) continue;
+    Status w = Settle(k, true);
+    if (!w.ok() && first.ok()) first = w;
+  }
+  return first;
+}
+
 Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float grad_scale,
                                      void* param_copy, DType copy_dtype,
                                      const std::vector<char>& skip) {

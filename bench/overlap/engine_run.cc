@@ -14,6 +14,7 @@ namespace strata::bench {
 
 Result<std::unique_ptr<EngineRun>> EngineRun::Create(const EngineRunOptions& o) {
   std::unique_ptr<EngineRun> r(new EngineRun());
+  r->name_ = o.name;
   RunContext run;
   run.world_size = 1;
   run.hidden_size = o.model.hidden_size;
@@ -66,6 +67,18 @@ Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
   STRATA_ASSIGN_OR_RETURN(out.loss, engine_->Loss());
   out.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   out.breakdown = engine_->last_breakdown();
+  return out;
+}
+
+Result<std::vector<EngineStepResult>> EngineRun::SteadySteps(const nn::TokenBatch& batch,
+                                                             int64_t timed) {
+  STRATA_RETURN_IF_ERROR(Step(batch).status());
+  std::vector<EngineStepResult> out;
+  for (int64_t k = 0; k < timed; ++k) {
+    STRATA_ASSIGN_OR_RETURN(EngineStepResult r, Step(batch));
+    out.push_back(std::move(r));
+  }
+  STRATA_RETURN_IF_ERROR(engine_->Synchronize().WithContext(name_));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/comm/communicator.h"
@@ -44,8 +45,14 @@ class EngineRun {
   static Result<std::unique_ptr<EngineRun>> Create(const EngineRunOptions& options);
   ~EngineRun();
 
-  // One optimizer step (gradient_accumulation_steps 1): synchronous.
+  // One optimizer step (gradient_accumulation_steps 1): synchronous. The step may leave I/O in
+  // flight (the overlapped step's NVMe writes), which then runs into whatever comes next.
   Result<EngineStepResult> Step(const nn::TokenBatch& batch);
+  // The steady state, timed without leaking into what is measured next: one step untimed (so
+  // the first timed one inherits a step's I/O in flight, as every step does in training), then
+  // `timed` consecutive steps, each timed, then Engine::Synchronize (untimed: the last step's
+  // writes land in no other measurement).
+  Result<std::vector<EngineStepResult>> SteadySteps(const nn::TokenBatch& batch, int64_t timed);
 
   const Config& config() const { return config_; }
   const MemoryPlan& plan() const { return plan_; }
@@ -54,6 +61,7 @@ class EngineRun {
 
  private:
   EngineRun() = default;
+  std::string name_;
   Config config_;
   MemoryPlan plan_;
   std::unique_ptr<Device> device_;

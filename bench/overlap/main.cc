@@ -1,7 +1,8 @@
 // overlap: how close a ZeRO-Infinity step comes to its lower bound, and what overlap buys
 // (issue #15, "Benchmarks").
 //
-//   overlap [--json] [--rounds 3] [--sizes balanced,io,compute] [--dir DIR] [--link-gbps 3]
+//   overlap [--json] [--rounds 3] [--steps 2] [--sizes balanced,io,compute] [--dir DIR]
+//   [--link-gbps 3]
 //           [--preset P | --hidden 512 --layers 8 --heads 8 --intermediate 1376 --vocab 8192]
 //           [--seq-balanced 128 --seq-io 16 --seq-compute 512] [--batch 1]
 //           [--state-over-device 10] [--sub-group-size 4000000] [--threads 2]
@@ -15,6 +16,10 @@
 //               pipeline_read / pipeline_write, overlap_comm;
 //   serial      prefetch 0, overlap_step false, no pipelining, overlap_comm false: fetch,
 //               compute and step strictly in sequence.
+// Each schedule runs in blocks of consecutive steps, as in training: one untimed step, then
+// --steps timed ones (each inherits the I/O its predecessor left in flight, the overlapped
+// step's NVMe writes), then Engine::Synchronize untimed, so no step's writes run into another
+// measurement.
 // In the same rounds (ABBA order) the bound's parts are measured alone: forward + backward with
 // every parameter resident on an unpaced device (compute), the CPU Adam sub-group loop over the
 // whole partition in RAM (adam), and an AioHandle read sweep of the overlapped engine's swap
@@ -56,7 +61,7 @@ namespace {
 
 struct Options {
   bool json = false;
-  int64_t rounds = 3, threads = 2, batch = 1;
+  int64_t rounds = 3, steps = 2, threads = 2, batch = 1;
   std::string sizes = "balanced,io,compute";
   std::string dir;
   std::string preset;
@@ -115,6 +120,7 @@ int Run(const Options& o) {
   out["link_gbps"] = o.link_gbps;
   out["memcpy_gbps"] = memcpy_gbps;
   out["rounds"] = o.rounds;
+  out["steps_per_round"] = o.steps;
   out["threads"] = o.threads;
   out["buffer_count"] = o.buffer_count;
   out["targets"] = {{"overlapped_over_bound", "<= 1.15"}, {"serial_over_overlapped", ">= 1.5"}};
@@ -127,6 +133,7 @@ int Run(const Options& o) {
     so.batch = o.batch;
     so.seq = name == "balanced" ? o.seq_balanced : name == "io" ? o.seq_io : o.seq_compute;
     so.rounds = o.rounds;
+    so.steps = o.steps;
     so.link_gbps = o.link_gbps;
     so.state_over_device = o.state_over_device;
     so.sub_group_size = o.sub_group_size;
@@ -183,6 +190,8 @@ int main(int argc, char** argv) {
       "overlap [options]: ZeRO-Infinity steps, overlapped and serial, against their bound");
   flags.Bool("json", &o.json, "print one JSON object");
   flags.Int("rounds", &o.rounds, "interleaved measurement rounds (median)", 1, 1000);
+  flags.Int("steps", &o.steps,
+            "timed consecutive steps per schedule per round, after an untimed one", 1, 1000);
   flags.String("sizes", &o.sizes, "comma-separated sizes: balanced, io, compute");
   flags.String("dir", &o.dir, "swap directory (default ./overlap-swap, removed at the end)");
   flags.String("preset", &o.preset, "Llama preset (tiny, small, 1b, 7b) instead of the dims");

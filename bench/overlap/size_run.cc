@@ -159,12 +159,16 @@ Result<json> RunSize(const SizeOptions& o) {
     for (int k = 0; k < 5; ++k) {
       const int part = fwd ? k : 4 - k;
       if (part == 0) {
-        STRATA_ASSIGN_OR_RETURN(last_o, run_o->Step(batch));
-        t_over.push_back(last_o.total_s);
+        STRATA_ASSIGN_OR_RETURN(std::vector<EngineStepResult> steps,
+                                run_o->SteadySteps(batch, o.steps));
+        for (const EngineStepResult& st : steps) t_over.push_back(st.total_s);
+        last_o = steps.back();
         losses.push_back(last_o.loss);
       } else if (part == 1) {
-        STRATA_ASSIGN_OR_RETURN(last_s, run_s->Step(batch));
-        t_serial.push_back(last_s.total_s);
+        STRATA_ASSIGN_OR_RETURN(std::vector<EngineStepResult> steps,
+                                run_s->SteadySteps(batch, o.steps));
+        for (const EngineStepResult& st : steps) t_serial.push_back(st.total_s);
+        last_s = steps.back();
       } else if (part == 2) {
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
         t_compute.push_back(s);

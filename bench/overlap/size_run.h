@@ -17,6 +17,7 @@ struct SizeOptions {
   llama::LlamaConfig model;
   int64_t batch = 1, seq = 64;
   int64_t rounds = 3;
+  int64_t steps = 2;  // timed consecutive steps per engine per round, after an untimed one
   double link_gbps = 3.0;
   double state_over_device = 10.0;   // params + optimizer state over the emulated device memory
   int64_t sub_group_size = 4000000;  // elements

@@ -1,7 +1,7 @@
 // strata.overlap_step with the optimizer on NVMe: the read-ahead from the boundary micro-batch's
 // Forward, writes left in flight past the step (deferred) and drained by a checkpoint, and a
-// deferred write's error failing the call that drains it (engine/step_overlap.h,
-// engine/optimizer_nvme.h).
+// deferred write's error failing the call that drains it, Engine::Synchronize
+// (engine/step_overlap.h, engine/optimizer_nvme.h).
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -64,14 +64,15 @@ struct EngineRun {
 // clipping (the overlapped step is exact, not speculative). `probe` or `plan` wraps the aio.
 Result<EngineRun> MakeRun(Communicator& comm, const std::string& dir, uint64_t seed, int64_t gas,
                           IoProbe* probe = nullptr, const testing::FaultPlan* plan = nullptr,
-                          bool overlap = true) {
+                          bool overlap = true, int buffer_count = 2) {
   EngineRun r;
   r.device = testing::MakeHostDevice();
   r.model = testing::MakeTinyModel(r.device.get(), DType::kFloat32);
   const std::string zero =
       "\"stage\": 2, \"sub_group_size\": 3000, \"reduce_bucket_size\": 40000,"
       " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
-      dir + "/opt\", \"pin_memory\": false, \"buffer_count\": 2}";
+      dir + "/opt\", \"pin_memory\": false, \"buffer_count\": " +
+      std::to_string(buffer_count) + "}";
   const std::string extra =
       std::string("\"strata\": {\"overlap_step\": ") + (overlap ? "true" : "false") + "},";
   Config config = testing::MakeConfig(2, gas, zero, extra, 1, /*clip=*/0);
@@ -176,6 +177,66 @@ TEST(StepOverlapNvmeTest, DeferredWritesAreDrainedByACheckpointThatResumesBitwis
   EXPECT_TRUE(testing::SameBits(clean, resumed));
   ASSERT_EQ(resumed_losses.size(), static_cast<size_t>(kAfter));
   for (int s = 0; s < kAfter; ++s) EXPECT_EQ(clean_losses[kBefore + s], resumed_losses[s]) << s;
+}
+
+TEST(StepOverlapNvmeTest, SynchronizeSettlesTheWritesAndKeepsTheBuffersTheNextStepReadsFrom) {
+  auto comm = testing::MakeLocalComm();
+  constexpr int kSteps = 3;
+  const testing::TokenData data = testing::RandomTokens(11, kSteps, 2, 16, 256);
+  ScratchDir dir, plain_dir;
+  IoProbe probe;
+  probe.write_delay = std::chrono::milliseconds(5);  // the last writes outlive the step
+  // Buffers for every sub-group's state: the step after the first reads nothing.
+  Result<EngineRun> r = MakeRun(*comm, dir.path().string(), kSeed, 1, &probe, nullptr, true, 64);
+  ASSERT_THAT(r.status(), IsOk());
+  std::vector<int> reads;
+  for (int s = 0; s < kSteps; ++s) {
+    probe.reads.store(0);
+    probe.counting.store(true);
+    ASSERT_THAT(TrainStep(*r->engine, data, s, 1), IsOk());
+    ASSERT_THAT(r->engine->Synchronize(), IsOk());
+    probe.counting.store(false);
+    reads.push_back(probe.reads.load());
+  }
+  // The first step reads every state; the later ones take them from the buffers (a drain that
+  // dropped them would read every state again).
+  EXPECT_GT(reads[0], 0);
+  for (int s = 1; s < kSteps; ++s) EXPECT_EQ(reads[s], 0) << "step " << s;
+  std::vector<std::vector<float>> masters;
+  for (size_t i = 0; i < r->engine->layout().slices().size(); ++i) {
+    masters.emplace_back(r->engine->layout().slices()[i].numel);
+    ASSERT_THAT(r->engine->GatherMasterParameter(i, masters.back()), IsOk());
+  }
+  Result<EngineRun> p = MakeRun(*comm, plain_dir.path().string(), kSeed, 1);
+  ASSERT_THAT(p.status(), IsOk());
+  const auto plain = testing::TrainAndGather(*p->engine, data, kSteps, 1);
+  EXPECT_TRUE(testing::SameBits(plain, masters));
+}
+
+TEST(StepOverlapNvmeTest, SynchronizeReportsADeferredWriteError) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(13, 2, 2, 16, 256);
+  ScratchDir dir;
+  testing::FaultPlan plan;
+  plan.armed = std::make_shared<std::atomic<bool>>(false);
+  plan.enospc_every = 1;
+  plan.only_writes = true;
+  Result<EngineRun> r = MakeRun(*comm, dir.path().string(), kSeed, 1, nullptr, &plan);
+  ASSERT_THAT(r.status(), IsOk());
+  Engine& e = *r->engine;
+  ASSERT_THAT(TrainStep(e, data, 0, 1), IsOk());
+  ASSERT_THAT(e.Synchronize(), IsOk());
+  ASSERT_THAT(e.Forward(data.Batch(1)), IsOk());
+  ASSERT_THAT(e.Backward(), IsOk());
+  plan.armed->store(true);
+  Status step = e.Step();
+  Status sync = e.Synchronize();
+  plan.armed->store(false);
+  // The step fails when it reuses a failed write's buffer; else Synchronize does.
+  EXPECT_THAT(
+      step.ok() ? sync : step,
+      StatusIs(StatusCode::kIoError, AllOf(HasSubstr("write sub-group"), HasSubstr(".swap @ "),
+                                           HasSubstr("No space left on device"))));
 }
 
 TEST(StepOverlapNvmeTest, ADeferredWriteErrorFailsTheCallThatDrainsItNamingFileAndOffset) {
