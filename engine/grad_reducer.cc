@@ -6,6 +6,7 @@
 
 #include "core/trace.h"
 #include "core/units.h"
+#include "nn/parameter.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -125,8 +126,27 @@ uint64_t GradReducer::cpu_bytes() const {
                                   : 0;
 }
 
-Status GradReducer::Ready(size_t param, float* slot) {
-  queue_.emplace_back(param, slot);
+Status GradReducer::Ready(size_t param, float* slot) { return Ready(param, slot, {}, 0); }
+
+bool GradReducer::TakesRows(size_t param) const {
+  if (o_.host_partition == nullptr || o_.comm->world_size() != 1 || !host_stale_) return false;
+  const ShardSlice& sl = o_.layout->slices()[param];
+  if (sl.flat_offset < o_.host_begin || host_written_[param] != 0) return false;
+  // A parameter already queued in this pass would be added, not copied.
+  return std::none_of(queue_.begin(), queue_.end(),
+                      [&](const Queued& q) { return q.param == param; });
+}
+
+Status GradReducer::Ready(size_t param, float* slot, std::vector<int32_t> rows, size_t row_numel) {
+  if (!rows.empty()) {
+    const size_t numel = o_.layout->slices()[param].numel;
+    if (!TakesRows(param) || row_numel == 0 || numel % row_numel != 0 ||
+        static_cast<size_t>(rows.back()) >= numel / row_numel) {
+      return InternalError("gradient reducer: parameter " + std::to_string(param) +
+                           " handed as rows where whole slots are needed, or rows past its end");
+    }
+  }
+  queue_.push_back({param, slot, std::move(rows), row_numel});
   queued_numel_ += o_.layout->slices()[param].numel;
   const bool hint = flush_hint_ && flush_hint_(param);  // asked for every parameter
   // One rank has nothing to communicate: a bucket would only hold the slot and delay its copy
@@ -161,6 +181,55 @@ Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardS
   STRATA_RETURN_IF_ERROR(s.CopyAsync(dst, shard + lo, bytes, CopyKind::kDeviceToHost));
   if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
   copy_bytes_ += bytes;
+  return Status::Ok();
+}
+
+// Note [Rows to host]
+// An embedding's gradient is nonzero only in the rows of the batch's tokens (Note [Touched rows]
+// in nn/parameter.h); at one rank, in the copy-first pass, the slot's other rows are not even
+// zeroed (Note [Rows only] in engine/zero3_hooks.cc). So only the touched rows cross the link,
+// straight into host_partition (one D2H per run of consecutive rows); before them, a host
+// function on the same stream zeroes the rows that may be nonzero there: those the last
+// rows-only copy wrote (host_rows_), or the whole range the first time or after a whole write.
+// Each host element then holds what a copy of the whole slot would have put there, bit for bit
+// (the slot's untouched rows would be +0.0, as the zeroed ones are). Nothing else makes a row
+// of the host part nonzero between passes (the optimizer reads it; a scale keeps zeros zero),
+// so the tracked rows stay a superset of the nonzero ones.
+Status GradReducer::CopyRowsToHost(const Stream& s, const float* slot, const ShardSlice& sl,
+                                   size_t param, const std::vector<int32_t>& rows,
+                                   size_t row_numel) {
+  if (host_rows_known_.empty()) {
+    host_rows_known_.assign(o_.layout->slices().size(), 0);
+    host_rows_.resize(o_.layout->slices().size());
+  }
+  float* base = o_.host_partition + (sl.flat_offset - o_.host_begin);
+  if (host_rows_known_[param] != 0) {
+    STRATA_RETURN_IF_ERROR(
+        s.LaunchHostFunc([base, row_numel, old = std::move(host_rows_[param])]() {
+          for (int32_t r : old) {
+            std::memset(base + static_cast<size_t>(r) * row_numel, 0, row_numel * sizeof(float));
+          }
+          return Status::Ok();
+        }));
+  } else {
+    const size_t numel = sl.numel;
+    STRATA_RETURN_IF_ERROR(s.LaunchHostFunc([base, numel]() {
+      std::memset(base, 0, numel * sizeof(float));
+      return Status::Ok();
+    }));
+  }
+  STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
+  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
+  for (const nn::RowRun& r : nn::RowRuns(rows)) {
+    const size_t at = static_cast<size_t>(r.first) * row_numel;
+    const size_t n = static_cast<size_t>(r.count) * row_numel;
+    STRATA_RETURN_IF_ERROR(
+        s.CopyAsync(base + at, slot + at, n * sizeof(float), CopyKind::kDeviceToHost));
+    copy_bytes_ += n * sizeof(float);
+  }
+  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
+  host_rows_[param] = rows;
+  host_rows_known_[param] = 1;
   return Status::Ok();
 }
 
@@ -215,8 +284,19 @@ Status GradReducer::ReduceBucket() {
   }
   const bool host = o_.host_partition != nullptr;
   const bool one_rank = o_.comm->world_size() == 1;  // Note [Copy first]: the slot is the shard
-  for (const auto& [param, slot] : queue_) {
+  for (const Queued& q : queue_) {
+    const size_t param = q.param;
+    float* const slot = q.slot;
     const ShardSlice& sl = o_.layout->slices()[param];
+    if (!q.rows.empty()) {  // Note [Rows to host]: one rank, wholly in the host part, first write
+      STRATA_RETURN_IF_ERROR(CopyRowsToHost(s, slot, sl, param, q.rows, q.row_numel));
+      host_written_[param] = 1;
+      if (o_.slot_done) STRATA_RETURN_IF_ERROR(o_.slot_done(s, param, slot));
+      if (reduced_fn_) STRATA_RETURN_IF_ERROR(reduced_fn_(s, param));
+      ++reduced_;
+      continue;
+    }
+    if (!host_rows_known_.empty()) host_rows_known_[param] = 0;  // written whole below
     const float* shard = one_rank ? slot : static_cast<const float*>(recv_);
     if (!one_rank) {
       STRATA_RETURN_IF_ERROR(

@@ -88,6 +88,13 @@ class GradReducer {
   // Parameter `param`'s slot (numel fp32 elements, device memory) is complete as of the work
   // enqueued on the compute stream so far.
   Status Ready(size_t param, float* slot);
+  // The same for a slot valid only in `rows` (sorted, unique; `row_numel` elements each): every
+  // other row's gradient is zero and its bytes are not read (Note [Rows to host]). Only when
+  // TakesRows(param) said so before this pass wrote the slot.
+  Status Ready(size_t param, float* slot, std::vector<int32_t> rows, size_t row_numel);
+  // Whether this pass's contribution of `param` may come as rows: one rank, the parameter wholly
+  // in the host part and not yet written in this stale pass (Note [Copy first]).
+  bool TakesRows(size_t param) const;
   // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result
   // (the host part's adds included).
   Status Flush();
@@ -124,6 +131,10 @@ class GradReducer {
   // shard[lo, hi) of parameter slice `sl` (flat [flat_offset + lo, ...)) into host_partition,
   // through the staging ring; `s` ran the reduce.
   Status AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo, size_t hi);
+  // Only `rows` of the slot copied into host_partition on `s`, the rows written last time
+  // zeroed first (Note [Rows to host]).
+  Status CopyRowsToHost(const Stream& s, const float* slot, const ShardSlice& sl, size_t param,
+                        const std::vector<int32_t>& rows, size_t row_numel);
   // The same range copied into host_partition on `s` (Note [Copy first]).
   Status CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
                     size_t hi);
@@ -138,7 +149,17 @@ class GradReducer {
   std::function<bool(size_t)> flush_hint_;
   void* recv_ = nullptr;  // one shard, fp32
   Event compute_done_, comm_done_;
-  std::vector<std::pair<size_t, float*>> queue_;
+  struct Queued {
+    size_t param = 0;
+    float* slot = nullptr;
+    std::vector<int32_t> rows;  // empty: the whole slot
+    size_t row_numel = 0;
+  };
+  std::vector<Queued> queue_;
+  // Per parameter, the host rows that may be nonzero after a rows-only copy (Note [Rows to
+  // host]); host_rows_known_[p] == 0: any row may be.
+  std::vector<std::vector<int32_t>> host_rows_;
+  std::vector<char> host_rows_known_;
   size_t queued_numel_ = 0;
   uint64_t reduced_ = 0, buckets_ = 0;
   bool comm_pending_ = false;

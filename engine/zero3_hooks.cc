@@ -121,10 +121,22 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
   const std::vector<size_t>& used = ParamsOf(module);
   if (used.empty()) return Status::Ok();
   if (o_.partition_params && !in_pass_) STRATA_RETURN_IF_ERROR(BeginPass());
+  // Note [Rows only]: a backward that does not read the parameters gathers none.
+  const bool backward_reads = module.BackwardReadsParameters();
+  static const std::vector<size_t> kNone;
+  const std::vector<size_t>& gathered_in_backward = backward_reads ? used : kNone;
   switch (point) {
     case nn::HookPoint::kPreForward:
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, used));
-      for (size_t i : used) STRATA_RETURN_IF_ERROR(Gather(i));
+      own_gather_ = true;  // a gather made here may take only the touched rows
+      for (size_t i : used) {
+        Status g = Gather(i);
+        if (!g.ok()) {
+          own_gather_ = false;
+          return g;
+        }
+      }
+      own_gather_ = false;
       for (size_t i : used) STRATA_RETURN_IF_ERROR(WaitReady(i));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
       return Status::Ok();
@@ -133,18 +145,22 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Release(i));
       return Status::Ok();
     case nn::HookPoint::kPreBackward:
-      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, used));
+      if (coord_ != nullptr) {
+        STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, gathered_in_backward));
+      }
       for (size_t i : used) {
-        STRATA_RETURN_IF_ERROR(Gather(i));
+        if (backward_reads) STRATA_RETURN_IF_ERROR(Gather(i));
         STRATA_RETURN_IF_ERROR(AcquireSlot(i));
       }
-      for (size_t i : used) STRATA_RETURN_IF_ERROR(WaitReady(i));
-      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
+      for (size_t i : gathered_in_backward) STRATA_RETURN_IF_ERROR(WaitReady(i));
+      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(gathered_in_backward));
       return Status::Ok();
     case nn::HookPoint::kPostBackward:
-      if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, used));
+      if (coord_ != nullptr) {
+        STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, gathered_in_backward));
+      }
       for (size_t i : used) {
-        STRATA_RETURN_IF_ERROR(Release(i));
+        if (backward_reads) STRATA_RETURN_IF_ERROR(Release(i));
         ParamState& st = state_[i];
         if (++st.backward_seen == st.users) {
           st.backward_seen = 0;
@@ -240,12 +256,23 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
       STRATA_ASSIGN_OR_RETURN(timing.second, TimingEvent());
       STRATA_RETURN_IF_ERROR(timing.first.Record(g));
     }
-    STRATA_RETURN_IF_ERROR(g.CopyAsync(slot, shard, h2d, CopyKind::kHostToDevice));
+    if (RowsOnly(i)) {  // Note [Rows only]
+      const size_t row_bytes = static_cast<size_t>(p->shape()[1]) * cbytes;
+      for (const nn::RowRun& r : nn::RowRuns(p->touched_rows())) {
+        const size_t at = static_cast<size_t>(r.first) * row_bytes;
+        const size_t n = static_cast<size_t>(r.count) * row_bytes;
+        STRATA_RETURN_IF_ERROR(g.CopyAsync(slot + at, static_cast<const uint8_t*>(shard) + at, n,
+                                           CopyKind::kHostToDevice));
+        h2d_bytes_ += n;
+      }
+    } else {
+      STRATA_RETURN_IF_ERROR(g.CopyAsync(slot, shard, h2d, CopyKind::kHostToDevice));
+      h2d_bytes_ += h2d;
+    }
     if (timing.second.valid()) {
       STRATA_RETURN_IF_ERROR(timing.second.Record(g));
       h2d_events_.push_back(std::move(timing));
     }
-    h2d_bytes_ += h2d;
     STRATA_RETURN_IF_ERROR(o_.comm->AllGather(g, slot, st.full, s.numel, o_.dtype, nullptr)
                                .WithContext("all-gather of " + p->name()));
   } else {
@@ -270,6 +297,26 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
   }
   p->set_data(st.full);
   return Status::Ok();
+}
+
+// Note [Rows only]
+// At one rank the all-gather is a no-op and the gathered buffer is the shard's copy, so a
+// parameter whose one user lists the rows its forward touches (Note [Touched rows] in
+// nn/parameter.h: the embedding, the batch's token ids) needs only those rows on the device for
+// that forward: the gather the module's own pre-forward hook makes copies them alone (a gather
+// taken ahead by the coordinator does not know the rows yet and copies everything), and no
+// other reader ever sees the buffer (one user; released at its post-forward). The backward of a
+// module that does not read its parameters (Module::BackwardReadsParameters: the embedding's
+// scatter-add) gathers nothing, and the coordinator's trace records no parameter for it. For the
+// gradient, AcquireSlot asks the reducer whether it takes this pass's contribution of the
+// parameter as rows (GradReducer::TakesRows: one rank, the host partition's first write of the
+// pass); if so the module zeroes only the touched rows of the fresh slot and the reducer copies
+// only them to the host, zeroing the rows it wrote there last time. A vocabulary of 128 K x 4096
+// in bf16 is 1 GB each way per step; a batch of 4 K tokens touches at most 32 MB of it.
+bool ZeroHooks::RowsOnly(size_t i) const {
+  const nn::Parameter* p = o_.params[i];
+  return own_gather_ && o_.comm->world_size() == 1 && state_[i].users == 1 &&
+         p->shape().ndim() == 2 && !p->touched_rows().empty();
 }
 
 Status ZeroHooks::Release(size_t i) {
@@ -330,6 +377,9 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   // slots]); SlotReady zeroes one no module wrote. A 135 MB zeroing pass on the compute stream
   // less per step in bench/overlap's balanced size.
   p->set_grad(st.slot, DType::kFloat32, /*fresh=*/true);
+  // Note [Rows only]: the reducer reads only the touched rows of this pass's slot.
+  p->set_grad_rows_only(st.users == 1 && p->shape().ndim() == 2 && !p->touched_rows().empty() &&
+                        o_.reducer->TakesRows(i));
   return Status::Ok();
 }
 
@@ -338,7 +388,15 @@ Status ZeroHooks::SlotReady(size_t i) {
   // A slot still fresh was not written by this pass (Note [Fresh gradient slots]): its gradient
   // is zero.
   STRATA_RETURN_IF_ERROR(nn::ZeroGradIfFresh(o_.compute, *p));
-  STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
+  if (p->grad_rows_only()) {  // Note [Rows only]
+    const std::span<const int32_t> rows = p->touched_rows();
+    STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad()),
+                                             std::vector<int32_t>(rows.begin(), rows.end()),
+                                             static_cast<size_t>(p->shape()[1])));
+  } else {
+    STRATA_RETURN_IF_ERROR(o_.reducer->Ready(i, static_cast<float*>(p->grad())));
+  }
+  p->set_grad_rows_only(false);
   if (o_.partition_params) p->set_grad(nullptr, DType::kFloat32);  // the reducer frees it
   return Status::Ok();
 }

@@ -33,6 +33,12 @@
 // gather that takes it waits for that event on the gather stream. Persistent parameters are
 // gathered on the compute stream (at the step, where nothing is ahead to overlap).
 //
+// Touched rows (Note [Touched rows] in nn/parameter.h; Note [Rows only] in zero3_hooks.cc): at
+// one rank, a parameter one module uses and whose forward lists the rows it touches (the
+// embedding) is gathered for that module's own forward with only those rows copied, not
+// gathered at all for a backward that does not read it (Module::BackwardReadsParameters), and
+// its gradient leaves the device as those rows only when the reducer can take them.
+//
 // Thread safety: hooks run on the thread that drives the model (the engine's).
 #pragma once
 
@@ -142,6 +148,8 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // Takes a buffer and enqueues the shard copy + all-gather of parameter i on `stream`.
   Status Fill(size_t i, const Stream& stream);
   Status Release(size_t i);
+  // Whether this gather of parameter i copies only its touched rows (Note [Rows only]).
+  bool RowsOnly(size_t i) const;
   // Makes the compute stream wait for parameter i's gather (once per gather).
   Status WaitReady(size_t i);
   // A new pass starts: the gather stream is ordered after the compute stream's work so far
@@ -175,6 +183,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   Stream gather_;
   std::unique_ptr<GatherPool> pool_;
   bool in_pass_ = false;
+  bool own_gather_ = false;  // Gather is called from the module's own pre-forward hook
   Event pass_event_;
   // The gathers' H2D shard copies since the last AddTo: bytes, and timing events around each.
   uint64_t h2d_bytes_ = 0;

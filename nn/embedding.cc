@@ -1,5 +1,9 @@
 #include "nn/embedding.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "nn/ops.h"
 
 namespace strata::nn {
@@ -9,7 +13,27 @@ Embedding::Embedding(std::string local_name, int64_t num_embeddings, int64_t dim
   RegisterParameter(&w_, "weight");
 }
 
-Status Embedding::Forward(const RunContext& ctx, const int32_t* ids, int64_t n, const Tensor& out) {
+Status Embedding::Forward(const RunContext& ctx, const int32_t* ids, int64_t n, const Tensor& out,
+                          std::span<const int32_t> host_ids) {
+  // Note [Touched rows]: set before the hooks, which may gather only these rows.
+  std::vector<int32_t> rows;
+  if (static_cast<int64_t>(host_ids.size()) == n) {
+    const int64_t vocab = w_.shape()[0];
+    for (size_t i = 0; i < host_ids.size(); ++i) {
+      if (host_ids[i] < 0 || host_ids[i] >= vocab) {
+        return InvalidArgumentError(name() + ": token id " + std::to_string(host_ids[i]) +
+                                    " at position " + std::to_string(i) + " is outside [0, " +
+                                    std::to_string(vocab) + ")");
+      }
+    }
+    rows.assign(host_ids.begin(), host_ids.end());
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  } else if (!host_ids.empty()) {
+    return InvalidArgumentError(name() + ": " + std::to_string(host_ids.size()) + " host ids for " +
+                                std::to_string(n) + " device ids");
+  }
+  w_.set_touched_rows(std::move(rows));
   return WithForwardHooks(*this, ctx, [&]() -> Status {
     STRATA_RETURN_IF_ERROR(w_.CheckPlaced(name().c_str()));
     const int64_t vocab = w_.shape()[0], dim = w_.shape()[1];

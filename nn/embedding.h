@@ -1,9 +1,12 @@
 // Embedding: out[i, :] = weight[ids[i], :]; backward scatter-adds dout into the weight's
-// gradient (no input gradient). Ids are int32 in device memory and must stay valid until
-// Backward.
+// gradient (no input gradient) and does not read the weight. Ids are int32 in device memory and
+// must stay valid until Backward; given the same ids on the host too, the forward lists the rows
+// it touches on the weight (Note [Touched rows] in nn/parameter.h), so an owner may move only
+// those.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "nn/module.h"
@@ -16,8 +19,11 @@ class Embedding final : public Module {
   const char* type_name() const override { return "Embedding"; }
   Parameter& weight() { return w_; }
 
-  // ids [n] -> out [n, dim]
-  Status Forward(const RunContext& ctx, const int32_t* ids, int64_t n, const Tensor& out);
+  bool BackwardReadsParameters() const override { return false; }
+
+  // ids [n] -> out [n, dim]; host_ids, if given, are the same n ids in host memory.
+  Status Forward(const RunContext& ctx, const int32_t* ids, int64_t n, const Tensor& out,
+                 std::span<const int32_t> host_ids = {});
   // dout [n, dim] -> weight.grad += scatter
   Status Backward(const RunContext& ctx, const Tensor& dout);
 

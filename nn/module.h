@@ -69,6 +69,10 @@ class Module {
   // weight). Not part of NamedParameters(); hooks that gather a module's parameters (ZeRO-3)
   // gather these too.
   const std::vector<Parameter*>& external_parameters() const { return external_; }
+  // Whether this module's backward reads its parameters' values (a Linear's does; an
+  // Embedding's scatter-add does not): a hook that gathers them for backward (ZeRO-3) may skip
+  // the gather when it does not.
+  virtual bool BackwardReadsParameters() const { return true; }
 
   // This module's and all descendants' parameters: own first, then each child's in registration
   // order (depth first) — the order of the module's definition, as in PyTorch's

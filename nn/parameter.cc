@@ -73,10 +73,32 @@ Status UploadParameter(const Stream& stream, const Parameter& p, const void* src
 
 Status ZeroGradIfFresh(const Stream& stream, Parameter& p) {
   if (!p.grad_fresh()) return Status::Ok();
-  STRATA_RETURN_IF_ERROR(
-      LaunchFill(stream, p.grad(), p.grad_dtype(), 0.0f, static_cast<size_t>(p.numel())));
+  if (p.grad_rows_only() && p.shape().ndim() == 2) {  // Note [Touched rows]
+    const size_t cols = static_cast<size_t>(p.shape()[1]);
+    const size_t esize = DTypeBytes(p.grad_dtype());
+    for (const RowRun& r : RowRuns(p.touched_rows())) {
+      void* at = static_cast<uint8_t*>(p.grad()) + static_cast<size_t>(r.first) * cols * esize;
+      STRATA_RETURN_IF_ERROR(
+          LaunchFill(stream, at, p.grad_dtype(), 0.0f, static_cast<size_t>(r.count) * cols));
+    }
+  } else {
+    STRATA_RETURN_IF_ERROR(
+        LaunchFill(stream, p.grad(), p.grad_dtype(), 0.0f, static_cast<size_t>(p.numel())));
+  }
   p.mark_grad_written();
   return Status::Ok();
+}
+
+std::vector<RowRun> RowRuns(std::span<const int32_t> rows) {
+  std::vector<RowRun> runs;
+  for (int32_t r : rows) {
+    if (!runs.empty() && runs.back().first + runs.back().count == r) {
+      ++runs.back().count;
+    } else {
+      runs.push_back({r, 1});
+    }
+  }
+  return runs;
 }
 
 Status DownloadParameter(const Stream& stream, const Parameter& p, void* dst, DType dst_dtype,

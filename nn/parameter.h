@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -60,6 +62,19 @@ class Parameter {
   void mark_grad_written() { grad_fresh_ = false; }
   Tensor grad_tensor() const { return Tensor(grad_, grad_dtype_, shape_); }
 
+  // Note [Touched rows]
+  // A module that reads and writes only some rows of a [rows, cols] parameter in a pass (the
+  // embedding: the rows of the batch's token ids) lists them, sorted and unique, before its
+  // forward hooks run; empty means every row (set again by each forward). The owner may then move
+  // only those rows: the engine's stage-3 gather at one rank copies only them to the device (the
+  // other rows of the gathered buffer are not valid: only that module may read it), and when the
+  // owner also sets grad_rows_only, the module zeroes only those rows of a fresh gradient slot
+  // (the rest holds no gradient and is never read: the owner copies only the touched rows off the
+  // device and knows every other row's gradient is zero).
+  std::span<const int32_t> touched_rows() const { return touched_rows_; }
+  void set_touched_rows(std::vector<int32_t> rows) { touched_rows_ = std::move(rows); }
+  bool grad_rows_only() const { return grad_rows_only_ && !touched_rows_.empty(); }
+  void set_grad_rows_only(bool on) { grad_rows_only_ = on; }
   // Index in the root module's NamedParameters() order (-1 before naming).
   int64_t index() const { return index_; }
 
@@ -75,12 +90,21 @@ class Parameter {
   void* grad_ = nullptr;
   DType grad_dtype_ = DType::kFloat32;
   bool grad_fresh_ = false;
+  bool grad_rows_only_ = false;
+  std::vector<int32_t> touched_rows_;
   int64_t index_ = -1;
 };
 
 // A fresh gradient slot (Note [Fresh gradient slots]) is zeroed on `stream` and marked written,
-// so the caller can add into it; any other slot is left as it is.
+// so the caller can add into it (only the touched rows when grad_rows_only: Note [Touched
+// rows]); any other slot is left as it is.
 Status ZeroGradIfFresh(const Stream& stream, Parameter& p);
+
+// Consecutive rows [first, first + count) of a sorted, unique row list, merged.
+struct RowRun {
+  int64_t first = 0, count = 0;
+};
+std::vector<RowRun> RowRuns(std::span<const int32_t> rows);
 
 // Copies `numel` host elements of `src_dtype` into p.data(), converting to p.dtype() (round to
 // nearest even). Synchronous: returns when the data is on the device. InvalidArgument naming the

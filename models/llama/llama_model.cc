@@ -302,7 +302,7 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
   STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*this, ctx, [&]() -> Status {
     STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*model_, ctx, [&]() -> Status {
       STRATA_RETURN_IF_ERROR(model_->embed_tokens.Forward(
-          ctx, static_cast<const int32_t*>(m.ids.data()), n, Hidden(0)));
+          ctx, static_cast<const int32_t*>(m.ids.data()), n, Hidden(0), m.host_ids));
       for (int64_t l = 0; l < layers; ++l) {
         STRATA_RETURN_IF_ERROR(
             model_->layer[static_cast<size_t>(l)]->Forward(ctx, Hidden(l), Hidden(l + 1)));

@@ -3,8 +3,10 @@
 // those accumulated into a zeroed slot, for every module that writes a parameter gradient
 // (Linear with fp32 and bf16 slots, RmsNorm, Embedding with a repeated id), and the second
 // backward adds. Linear's dW is also checked against a double-precision dy^T x.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -161,6 +163,69 @@ TEST_F(FreshGradTest, ZeroGradIfFreshZeroesOnlyAFreshSlot) {
   for (float v : Down(static_cast<float*>(slot), 15)) EXPECT_EQ(v, 0.0f);
   p.set_grad(nullptr, DType::kFloat32, /*fresh=*/true);  // no slot: never fresh
   EXPECT_FALSE(p.grad_fresh());
+}
+
+// Note [Touched rows]: given host ids, the embedding lists its rows sorted and unique; with
+// grad_rows_only a fresh slot is zeroed in those rows only (the rest keeps its NaN: no one reads
+// it), and the touched rows hold exactly what a whole zeroed slot would.
+TEST_F(FreshGradTest, EmbeddingListsItsTouchedRowsAndZeroesOnlyThoseWhenAsked) {
+  const int64_t n = 9, dim = 6, vocab = 30;
+  Embedding emb("emb", vocab, dim, DType::kFloat32);
+  emb.AssignNames("");
+  EXPECT_FALSE(emb.BackwardReadsParameters());
+  auto storage =
+      ParameterStorage::Create(device_.get(), {&emb.weight()}, false, DType::kFloat32, stream_);
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  const auto table = RandomVector(static_cast<size_t>(vocab * dim), 31);
+  ASSERT_THAT(UploadParameter(stream_, emb.weight(), table.data(), DType::kFloat32, table.size()),
+              IsOk());
+  const std::vector<int32_t> ids = {12, 7, 3, 0, 29, 12, 7, 8, 5};
+  int32_t* d_ids = Up(ids);
+  float* out = Up(std::vector<float>(static_cast<size_t>(n * dim)));
+  const Tensor out_t(out, DType::kFloat32, {n, dim});
+  ASSERT_THAT(emb.Forward(Ctx(), d_ids, n, out_t, ids), IsOk());
+  const std::vector<int32_t> rows = {0, 3, 5, 7, 8, 12, 29};
+  EXPECT_EQ(
+      std::vector<int32_t>(emb.weight().touched_rows().begin(), emb.weight().touched_rows().end()),
+      rows);
+  const std::vector<RowRun> runs = RowRuns(emb.weight().touched_rows());
+  ASSERT_EQ(runs.size(), 6u);  // {0}, {3}, {5}, {7, 8}, {12}, {29}
+  EXPECT_EQ(runs[3].first, 7);
+  EXPECT_EQ(runs[3].count, 2);
+
+  const auto dy = RandomVector(static_cast<size_t>(n * dim), 32);
+  float* d_dy = Up(dy);
+  Parameter& w = emb.weight();
+  void* zeroed = Up(std::vector<float>(static_cast<size_t>(vocab * dim), 0.0f));
+  w.set_grad(zeroed, DType::kFloat32);
+  ASSERT_THAT(emb.Backward(Ctx(), Tensor(d_dy, DType::kFloat32, {n, dim})), IsOk());
+  const std::vector<float> want = Down(static_cast<float*>(zeroed), vocab * dim);
+  void* fresh = GarbageSlot(w, DType::kFloat32);
+  w.set_grad(fresh, DType::kFloat32, /*fresh=*/true);
+  w.set_grad_rows_only(true);
+  ASSERT_THAT(emb.Backward(Ctx(), Tensor(d_dy, DType::kFloat32, {n, dim})), IsOk());
+  const std::vector<float> got = Down(static_cast<float*>(fresh), vocab * dim);
+  for (int64_t r = 0; r < vocab; ++r) {
+    const bool touched = std::find(rows.begin(), rows.end(), r) != rows.end();
+    for (int64_t c = 0; c < dim; ++c) {
+      const size_t k = static_cast<size_t>(r * dim + c);
+      if (touched) {
+        EXPECT_EQ(std::memcmp(&got[k], &want[k], sizeof(float)), 0) << "row " << r;
+      } else {
+        EXPECT_TRUE(std::isnan(got[k])) << "row " << r << " was written";
+      }
+    }
+  }
+
+  // Without host ids every row is touched (none listed); a bad host id is an error naming it.
+  ASSERT_THAT(emb.Forward(Ctx(), d_ids, n, out_t), IsOk());
+  EXPECT_TRUE(emb.weight().touched_rows().empty());
+  std::vector<int32_t> bad = ids;
+  bad[4] = 30;
+  EXPECT_THAT(emb.Forward(Ctx(), d_ids, n, out_t, bad),
+              ::strata::testing::StatusIs(
+                  StatusCode::kInvalidArgument,
+                  ::testing::HasSubstr("token id 30 at position 4 is outside [0, 30)")));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 namespace strata::testing {
 
@@ -90,16 +91,26 @@ PrefetchOutcome TrainPrefetch(Communicator& comm, const PrefetchRun& run, const 
   for (int step = 1; step <= run.steps && out.status.ok(); ++step) {
     model.set_extra_hooks(step == run.extra_hooks_step &&
                           (run.extra_hooks_rank < 0 || run.extra_hooks_rank == comm.rank()));
+    uint64_t rows = 0;
     for (int64_t m = 0; m < run.gas && out.status.ok(); ++m) {
+      rows += std::set<int32_t>(data.ids[next].begin(), data.ids[next].end()).size();
       out.status = e.Forward(data.Batch(next));
       next += static_cast<size_t>(comm.world_size());
       if (out.status.ok()) out.status = e.Backward();
     }
     if (out.status.ok()) out.status = e.Step();
+    out.embedding_rows.push_back(rows);
     out.stats_per_step.push_back(e.stats());
     out.breakdowns.push_back(e.last_breakdown());
   }
   out.stats = e.stats();
+  const auto named = model.NamedParameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    if (named[i]->name().ends_with("embed_tokens.weight")) {
+      out.embedding = i;
+      out.embedding_row_bytes = static_cast<uint64_t>(named[i]->shape()[1]) * sizeof(float);
+    }
+  }
   for (size_t i = 0; i < e.layout().slices().size(); ++i) {
     const ShardSlice& s = e.layout().slices()[i];
     out.shard_bytes.push_back(s.shard_numel * sizeof(float));

@@ -3,6 +3,7 @@
 // whose module order depends on a flag — and a stage-3 training run with prefetch settings.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,12 @@ struct PrefetchOutcome {
   std::vector<StepBreakdown> breakdowns;  // Engine::last_breakdown() after each step
   std::vector<uint64_t> shard_bytes;      // per parameter: this rank's shard (fp32 bytes)
   std::vector<bool> persistent;           // per parameter: numel <= the persistence threshold
+  // The embedding's index, the bytes of one of its rows, and per step the rows its forwards
+  // touched (summed over the micro-batches): at one rank an untied embedding is gathered as those
+  // rows only, once, for its forward (Note [Rows only] in engine/zero3_hooks.cc).
+  size_t embedding = SIZE_MAX;  // SIZE_MAX: none
+  uint64_t embedding_row_bytes = 0;
+  std::vector<uint64_t> embedding_rows;
 };
 
 // Trains `run` at stage 3 (persistence threshold 200: only the norms persist) on `comm`, each

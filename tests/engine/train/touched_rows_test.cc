@@ -1,0 +1,123 @@
+// Stage 3 at one rank moves only the embedding rows a batch touches (Note [Rows only] in
+// engine/zero3_hooks.cc, Note [Rows to host] in engine/grad_reducer.cc): the forward gathers
+// those rows, the backward gathers nothing for the embedding, and its gradient leaves the device
+// as those rows. Counted exactly here from the step breakdown's bytes; that the values stay
+// bitwise those of stage 0 is the same-math matrix's (same_math_test.cc).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "tests/engine/train/engine_fixture.h"
+#include "tests/support/status_matchers.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::IsOk;
+
+constexpr uint64_t kThreshold = 200;  // stage3_param_persistence_threshold: norms stay gathered
+
+struct Bytes {
+  uint64_t h2d = 0, d2h = 0;
+};
+
+// Stage 3, parameters and optimizer on the CPU, no prefetch (each gather is the module's own).
+Bytes StepBytes(bool tied, const testing::TokenData& data, int steps) {
+  auto device = testing::MakeHostDevice();
+  auto comm = testing::MakeLocalComm();
+  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32, tied);
+  const std::string zero =
+      "\"stage\": 3, \"sub_group_size\": 3000, \"reduce_bucket_size\": 40000,"
+      " \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": " +
+      std::to_string(kThreshold) +
+      ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false},"
+      " \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}";
+  Config config = testing::MakeConfig(data.batch, 1, zero);
+  EngineInit init;
+  init.init_param = testing::TestInit(5);
+  Result<std::unique_ptr<Engine>> e = Engine::Initialize(*model, config, *comm, *device, init);
+  EXPECT_THAT(e.status(), IsOk());
+  if (!e.ok()) return {};
+  Bytes b;
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_THAT((*e)->Forward(data.Batch(static_cast<size_t>(s))), IsOk());
+    EXPECT_THAT((*e)->Backward(), IsOk());
+    EXPECT_THAT((*e)->Step(), IsOk());
+  }
+  b.h2d = (*e)->last_breakdown().h2d_bytes;
+  b.d2h = (*e)->last_breakdown().d2h_bytes;
+  return b;
+}
+
+TEST(TouchedRowsTest, TheEmbeddingCrossesTheLinkAsTheRowsOfTheBatchsTokensOnly) {
+  const testing::TokenData data = testing::RandomTokens(17, 3, 2, 16, 256);
+  auto probe_device = testing::MakeHostDevice();
+  auto probe = testing::MakeTinyModel(probe_device.get(), DType::kFloat32, false);
+  const llama::LlamaConfig& c = probe->config();
+  const uint64_t emb = static_cast<uint64_t>(c.vocab_size * c.hidden_size);
+  uint64_t gathered = 0, persistent = 0, all = 0;  // elements
+  for (const nn::Parameter* p : probe->NamedParameters()) {
+    const uint64_t n = static_cast<uint64_t>(p->numel());
+    all += n;
+    (n <= kThreshold ? persistent : gathered) += n;
+  }
+  // The last step's rows.
+  const std::vector<int32_t>& ids = data.ids[2];
+  const uint64_t rows = std::set<int32_t>(ids.begin(), ids.end()).size();
+  ASSERT_LT(rows, static_cast<uint64_t>(c.vocab_size));  // the test means something
+
+  const Bytes got = StepBytes(false, data, 3);
+  // Down: every gradient once, the embedding's as its rows.
+  EXPECT_EQ(got.d2h, 4 * (all - emb + rows * c.hidden_size));
+  // Up: every gathered matrix in forward and again in backward, except the embedding: its rows in
+  // forward, nothing in backward; the persistent norms once, after the step.
+  EXPECT_EQ(got.h2d, 4 * (2 * (gathered - emb) + rows * c.hidden_size + persistent));
+
+  // A tied embedding is the LM head's weight too: it moves whole, down once and up three times
+  // (the embedding's forward, the head's forward and backward; not the embedding's backward).
+  const Bytes tied = StepBytes(true, data, 3);
+  uint64_t tied_all = 0, tied_gathered = 0, tied_persistent = 0;
+  auto tied_device = testing::MakeHostDevice();
+  auto tied_model = testing::MakeTinyModel(tied_device.get(), DType::kFloat32, true);
+  for (const nn::Parameter* p : tied_model->NamedParameters()) {
+    const uint64_t n = static_cast<uint64_t>(p->numel());
+    tied_all += n;
+    (n <= kThreshold ? tied_persistent : tied_gathered) += n;
+  }
+  EXPECT_EQ(tied.d2h, 4 * tied_all);
+  EXPECT_EQ(tied.h2d, 4 * (2 * (tied_gathered - emb) + 3 * emb + tied_persistent));
+}
+
+// With gradient accumulation the first micro-batch's embedding gradient goes down as rows and
+// the second's is added whole (its slot zeroed whole): still stage 0's bits.
+TEST(TouchedRowsTest, AccumulatedMicroBatchesStayBitwiseStageZero) {
+  const testing::TokenData data = testing::RandomTokens(19, 6, 2, 16, 256);
+  auto run = [&](const std::string& zero) {
+    auto device = testing::MakeHostDevice();
+    auto comm = testing::MakeLocalComm();
+    auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
+    Config config = testing::MakeConfig(data.batch, 2, zero);
+    EngineInit init;
+    init.init_param = testing::TestInit(9);
+    Result<std::unique_ptr<Engine>> e = Engine::Initialize(*model, config, *comm, *device, init);
+    EXPECT_THAT(e.status(), IsOk());
+    std::vector<float> losses;
+    std::vector<std::vector<float>> masters;
+    if (e.ok()) masters = testing::TrainAndGather(**e, data, 3, 2, &losses);
+    return std::make_pair(masters, losses);
+  };
+  const auto base = run("\"stage\": 0");
+  const auto got =
+      run("\"stage\": 3, \"sub_group_size\": 3000, \"stage3_param_persistence_threshold\": 200,"
+          " \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false},"
+          " \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}");
+  ASSERT_FALSE(base.first.empty());
+  EXPECT_TRUE(testing::SameBits(base.first, got.first));
+  EXPECT_EQ(base.second, got.second);
+}
+
+}  // namespace
+}  // namespace strata
