@@ -193,6 +193,10 @@ Result<Event> ZeroHooks::TimingEvent() {
 Status ZeroHooks::Gather(size_t i) {
   if (!o_.partition_params) return Status::Ok();
   ParamState& st = state_[i];
+  if (st.gathered > 0 && st.rows_only) {  // Note [Rows only]: its buffer is its one forward's
+    return InternalError("zero hooks: " + o_.params[i]->name() +
+                         " was gathered as its touched rows and is wanted again before release");
+  }
   if (st.persistent || st.gathered++ > 0) return Status::Ok();
   return Fill(i, gather_);
 }
@@ -256,7 +260,8 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
       STRATA_ASSIGN_OR_RETURN(timing.second, TimingEvent());
       STRATA_RETURN_IF_ERROR(timing.first.Record(g));
     }
-    if (RowsOnly(i)) {  // Note [Rows only]
+    st.rows_only = RowsOnly(i);
+    if (st.rows_only) {  // Note [Rows only]
       const size_t row_bytes = static_cast<size_t>(p->shape()[1]) * cbytes;
       for (const nn::RowRun& r : nn::RowRuns(p->touched_rows())) {
         const size_t at = static_cast<size_t>(r.first) * row_bytes;
@@ -336,6 +341,7 @@ Status ZeroHooks::Release(size_t i) {
   gathered_numel_ -= o_.layout->slices()[i].numel;
   st.full = nullptr;
   st.full_bytes = 0;
+  st.rows_only = false;
   o_.params[i]->set_data(nullptr);
   return Status::Ok();
 }

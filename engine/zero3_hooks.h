@@ -142,6 +142,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
     float* slot = nullptr;      // stage 3 gradient slot
     Event ready;                // recorded on the gather stream after the all-gather
     bool wait_pending = false;  // the compute stream has not waited for `ready` yet
+    bool rows_only = false;     // gathered as its touched rows (Note [Rows only])
   };
   explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
   Status Gather(size_t i);
