@@ -52,18 +52,27 @@ Bytes StepBytes(bool tied, const testing::TokenData& data, int steps) {
   return b;
 }
 
+// The model's elements: all, those gathered per use, those kept gathered (persistent).
+struct Elements {
+  uint64_t all = 0, gathered = 0, persistent = 0;
+};
+Elements CountElements(const llama::LlamaForCausalLM& model) {
+  Elements e;
+  for (const nn::Parameter* p : model.NamedParameters()) {
+    const uint64_t n = static_cast<uint64_t>(p->numel());
+    e.all += n;
+    (n <= kThreshold ? e.persistent : e.gathered) += n;
+  }
+  return e;
+}
+
 TEST(TouchedRowsTest, TheEmbeddingCrossesTheLinkAsTheRowsOfTheBatchsTokensOnly) {
   const testing::TokenData data = testing::RandomTokens(17, 3, 2, 16, 256);
   auto probe_device = testing::MakeHostDevice();
   auto probe = testing::MakeTinyModel(probe_device.get(), DType::kFloat32, false);
   const llama::LlamaConfig& c = probe->config();
   const uint64_t emb = static_cast<uint64_t>(c.vocab_size * c.hidden_size);
-  uint64_t gathered = 0, persistent = 0, all = 0;  // elements
-  for (const nn::Parameter* p : probe->NamedParameters()) {
-    const uint64_t n = static_cast<uint64_t>(p->numel());
-    all += n;
-    (n <= kThreshold ? persistent : gathered) += n;
-  }
+  const auto [all, gathered, persistent] = CountElements(*probe);
   // The last step's rows.
   const std::vector<int32_t>& ids = data.ids[2];
   const uint64_t rows = std::set<int32_t>(ids.begin(), ids.end()).size();
@@ -79,16 +88,11 @@ TEST(TouchedRowsTest, TheEmbeddingCrossesTheLinkAsTheRowsOfTheBatchsTokensOnly) 
   // A tied embedding is the LM head's weight too: it moves whole, down once and up three times
   // (the embedding's forward, the head's forward and backward; not the embedding's backward).
   const Bytes tied = StepBytes(true, data, 3);
-  uint64_t tied_all = 0, tied_gathered = 0, tied_persistent = 0;
   auto tied_device = testing::MakeHostDevice();
-  auto tied_model = testing::MakeTinyModel(tied_device.get(), DType::kFloat32, true);
-  for (const nn::Parameter* p : tied_model->NamedParameters()) {
-    const uint64_t n = static_cast<uint64_t>(p->numel());
-    tied_all += n;
-    (n <= kThreshold ? tied_persistent : tied_gathered) += n;
-  }
-  EXPECT_EQ(tied.d2h, 4 * tied_all);
-  EXPECT_EQ(tied.h2d, 4 * (2 * (tied_gathered - emb) + 3 * emb + tied_persistent));
+  const Elements t =
+      CountElements(*testing::MakeTinyModel(tied_device.get(), DType::kFloat32, true));
+  EXPECT_EQ(tied.d2h, 4 * t.all);
+  EXPECT_EQ(tied.h2d, 4 * (2 * (t.gathered - emb) + 3 * emb + t.persistent));
 }
 
 // With gradient accumulation the first micro-batch's embedding gradient goes down as rows and
