@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <utility>
 
@@ -44,11 +45,14 @@ ResidentCompute::~ResidentCompute() {
 
 Result<double> ResidentCompute::Run(const nn::TokenBatch& batch) {
   const nn::RunContext ctx{device_.get(), stream_, true};
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = Clock::now();
   STRATA_RETURN_IF_ERROR(model_->Forward(ctx, batch));
   STRATA_RETURN_IF_ERROR(model_->Backward(ctx, 1.0f));
   STRATA_RETURN_IF_ERROR(model_->ReadLoss(ctx).status());
-  return Since(t0);
+  const double wall = Since(t0);
+  last_cpu_s_ = ProcessCpuSeconds() - cpu0;
+  return wall;
 }
 
 Result<std::unique_ptr<AdamAlone>> AdamAlone::Create(size_t numel, size_t sub_group_numel) {
@@ -69,6 +73,7 @@ Result<double> AdamAlone::Run() {
   hp.adam_w_mode = true;
   hp.weight_decay = 0.01f;
   ++step_;
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = Clock::now();
   for (size_t b = 0; b < numel_; b += sub_group_numel_) {
     StepTensors t;
@@ -79,7 +84,15 @@ Result<double> AdamAlone::Run() {
     t.exp_avg_sq = v_.data() + b;
     STRATA_RETURN_IF_ERROR(opt_.StepAt(hp, step_, t));
   }
-  return Since(t0);
+  const double wall = Since(t0);
+  last_cpu_s_ = ProcessCpuSeconds() - cpu0;
+  return wall;
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0.0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 double MeasureMemcpyGbps() {

@@ -29,9 +29,12 @@ class ResidentCompute {
   ~ResidentCompute();
   // Seconds of one forward + backward (+ the loss read, which synchronizes).
   Result<double> Run(const nn::TokenBatch& batch);
+  // The process's CPU seconds (every thread) during the last Run.
+  double last_cpu_s() const { return last_cpu_s_; }
 
  private:
   ResidentCompute() = default;
+  double last_cpu_s_ = 0;
   std::unique_ptr<Device> device_;
   Stream stream_;
   std::unique_ptr<llama::LlamaForCausalLM> model_;
@@ -44,6 +47,8 @@ class AdamAlone {
   static Result<std::unique_ptr<AdamAlone>> Create(size_t numel, size_t sub_group_numel);
   // Seconds of one step over all sub-groups.
   Result<double> Run();
+  // The process's CPU seconds (every thread) during the last Run.
+  double last_cpu_s() const { return last_cpu_s_; }
 
  private:
   AdamAlone(CpuOptimizer opt) : opt_(std::move(opt)) {}
@@ -51,7 +56,13 @@ class AdamAlone {
   size_t numel_ = 0, sub_group_numel_ = 0;
   std::vector<float> params_, grads_, m_, v_;
   int64_t step_ = 0;
+  double last_cpu_s_ = 0;
 };
+
+// CPU seconds this process has used so far, all threads, user + system
+// (CLOCK_PROCESS_CPUTIME_ID): what a part of the run cost the cores, spinning and the kernel's
+// I/O path included.
+double ProcessCpuSeconds();
 
 // GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
 // host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's

@@ -5,6 +5,7 @@
 #include <random>
 #include <utility>
 
+#include "bench/overlap/bound_parts.h"
 #include "engine/comm/registry.h"
 #include "models/llama/llama_init.h"
 #include "offload/device/registry.h"
@@ -60,12 +61,14 @@ EngineRun::~EngineRun() {
 Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
   using Clock = std::chrono::steady_clock;
   EngineStepResult out;
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = Clock::now();
   STRATA_RETURN_IF_ERROR(engine_->Forward(batch));
   STRATA_RETURN_IF_ERROR(engine_->Backward());
   STRATA_RETURN_IF_ERROR(engine_->Step());  // returns with its streams drained
   STRATA_ASSIGN_OR_RETURN(out.loss, engine_->Loss());
   out.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.cpu_s = ProcessCpuSeconds() - cpu0;
   out.breakdown = engine_->last_breakdown();
   return out;
 }

@@ -29,10 +29,11 @@ struct EngineRunOptions {
   TierBudget* budget = nullptr;  // null: the engine's own
 };
 
-// Wall times of one step (Forward, Backward, Step, then the loss read), and the engine's own
-// breakdown of it.
+// Wall times of one step (Forward, Backward, Step, then the loss read), the process's CPU
+// seconds during it (all threads), and the engine's own breakdown of it.
 struct EngineStepResult {
   double total_s = 0;
+  double cpu_s = 0;
   float loss = 0;
   StepBreakdown breakdown;
 };

@@ -172,6 +172,12 @@ int Run(const Options& o) {
         s["overlapped_s"].get<double>(), s["serial_s"].get<double>(), s["bound_s"].get<double>(),
         s["bound_formed_by"].get<std::string>().c_str(), s["overlapped_over_bound"].get<double>(),
         s["serial_over_overlapped"].get<double>());
+    const auto& c = s["cpu_seconds"];
+    std::printf(
+        "           cpu: overlapped %.3f core-s per step (%.0f%% of %g cores), its work alone %.3f "
+        "core-s\n",
+        c["overlapped_cpu_s"].get<double>(), 100 * c["overlapped_cores_busy"].get<double>(),
+        c["cores"].get<double>(), c["work_cpu_s"].get<double>());
   }
   std::printf(
       "overlapped_over_bound %.3f (%s; target <= 1.15), serial_over_overlapped %.3f (%s; "

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "bench/overlap/bound_parts.h"
@@ -150,6 +151,7 @@ Result<json> RunSize(const SizeOptions& o) {
   STRATA_RETURN_IF_ERROR(adam->Run().status());
 
   std::vector<double> t_over, t_serial, t_compute, t_adam, rd_gbps, wr_gbps;
+  std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
@@ -161,7 +163,10 @@ Result<json> RunSize(const SizeOptions& o) {
       if (part == 0) {
         STRATA_ASSIGN_OR_RETURN(std::vector<EngineStepResult> steps,
                                 run_o->SteadySteps(batch, o.steps));
-        for (const EngineStepResult& st : steps) t_over.push_back(st.total_s);
+        for (const EngineStepResult& st : steps) {
+          t_over.push_back(st.total_s);
+          cpu_over.push_back(st.cpu_s);
+        }
         last_o = steps.back();
         losses.push_back(last_o.loss);
       } else if (part == 1) {
@@ -172,9 +177,11 @@ Result<json> RunSize(const SizeOptions& o) {
       } else if (part == 2) {
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
         t_compute.push_back(s);
+        cpu_compute.push_back(compute->last_cpu_s());
       } else if (part == 3) {
         STRATA_ASSIGN_OR_RETURN(double s, adam->Run());
         t_adam.push_back(s);
+        cpu_adam.push_back(adam->last_cpu_s());
       } else {
         STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, uint64_t{1} << 30));
         rd_gbps.push_back(speed.read_gbps);
@@ -236,6 +243,24 @@ Result<json> RunSize(const SizeOptions& o) {
   j["bound_parts"]["aio"] = speed.engine;
   j["bound_parts"]["aio_request_bytes"] = request;
   j["bound_parts"]["memcpy_gbps"] = o.memcpy_gbps;
+  // Note [CPU seconds]: how busy the cores were during the overlapped step, against the CPU
+  // seconds its measured work took alone (compute, Adam: their own runs' process CPU time;
+  // copies: one core each, the bound's figure). On this 2-core machine a CPU-bound step that
+  // keeps both cores busy and still exceeds cpu work spends the excess on what the bound leaves
+  // out: the swap checksums, the gradient norm, the kernel's I/O path, the scheduler and idle
+  // spinning of the oneTBB threads, and the slower GEMMs beside Adam and the copies (caches and
+  // memory bandwidth shared).
+  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  const double over_cpu = Median(cpu_over);
+  const double work_cpu = Median(cpu_compute) + Median(cpu_adam) + copies_cpu_s;
+  j["cpu_seconds"] = {{"cores", cores},
+                      {"overlapped_cpu_s", over_cpu},
+                      {"overlapped_cores_busy", over > 0 ? over_cpu / (over * cores) : 0.0},
+                      {"compute_cpu_s", Median(cpu_compute)},
+                      {"adam_cpu_s", Median(cpu_adam)},
+                      {"copies_cpu_s", copies_cpu_s},
+                      {"work_cpu_s", work_cpu},
+                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["serial_over_overlapped"] = over > 0 ? ser / over : 0.0;
   j["losses_overlapped"] = losses;
