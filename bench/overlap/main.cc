@@ -4,7 +4,7 @@
 //   overlap [--json] [--rounds 3] [--steps 2] [--sizes balanced,io,compute] [--dir DIR]
 //   [--link-gbps 3]
 //           [--preset P | --hidden 512 --layers 8 --heads 8 --intermediate 1376 --vocab 8192]
-//           [--seq-balanced 128 --seq-io 16 --seq-compute 512] [--batch 1]
+//           [--seq-balanced 48 --seq-io 16 --seq-compute 512] [--batch 1]
 //           [--state-over-device 10] [--sub-group-size 4000000] [--threads 2]
 //
 // A Llama (fp32) trains at stage 3 with its optimizer state (fp32 master, Adam m, v) on NVMe and
@@ -67,7 +67,7 @@ struct Options {
   std::string preset;
   double link_gbps = 3.0, state_over_device = 10.0;
   int64_t hidden = 512, layers = 8, heads = 8, intermediate = 1376, vocab = 8192;
-  int64_t seq_balanced = 128, seq_io = 16, seq_compute = 512;
+  int64_t seq_balanced = 48, seq_io = 16, seq_compute = 512;
   int64_t sub_group_size = 4000000;
   double clip = 0.0;
   bool no_checksums = false;
