@@ -80,7 +80,8 @@ struct AioSpeed {
 
 // Reads every regular file under `dir` (recursively) in `request_bytes` requests through an
 // AioHandle with `options`, then writes a scratch file of min(read bytes, max_write_bytes) in the
-// same directory with the same requests (and removes it). NotFound when `dir` has no files.
+// same directory with the same requests twice and times the second pass (an overwrite, as the
+// swap's writes are: Note [Overwrite sweep]), and removes it. NotFound when `dir` has no files.
 Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
                                  size_t request_bytes, uint64_t max_write_bytes);
 
