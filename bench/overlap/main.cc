@@ -73,6 +73,7 @@ struct Options {
   bool no_checksums = false;
   std::string trace;
   int64_t buffer_count = 4;
+  int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section's defaults
 };
 
 std::vector<std::string> SplitSizes(const std::string& s) {
@@ -123,6 +124,8 @@ int Run(const Options& o) {
   out["steps_per_round"] = o.steps;
   out["threads"] = o.threads;
   out["buffer_count"] = o.buffer_count;
+  out["aio_queue_depth"] = o.aio_queue_depth;
+  out["aio_block_size"] = o.aio_block_size;
   out["targets"] = {{"overlapped_over_bound", "<= 1.15"}, {"serial_over_overlapped", ">= 1.5"}};
   double worst = 0;
   std::string worst_size;
@@ -140,6 +143,8 @@ int Run(const Options& o) {
     so.clip = o.clip;
     so.checksums = !o.no_checksums;
     so.buffer_count = o.buffer_count;
+    so.aio_queue_depth = o.aio_queue_depth;
+    so.aio_block_size = o.aio_block_size;
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
     so.dir = dir;
     so.memcpy_gbps = memcpy_gbps;
@@ -178,6 +183,12 @@ int Run(const Options& o) {
         "core-s\n",
         c["overlapped_cpu_s"].get<double>(), 100 * c["overlapped_cores_busy"].get<double>(),
         c["cores"].get<double>(), c["work_cpu_s"].get<double>());
+    const auto& l = s["aio_beside_compute"];
+    std::printf(
+        "           aio beside compute (not in the bound): r %.2f w %.2f GB/s, nvme %.3f s, "
+        "compute %.3f s\n",
+        l["read_gbps"].get<double>(), l["write_gbps"].get<double>(), l["nvme_s"].get<double>(),
+        l["compute_s"].get<double>());
   }
   std::printf(
       "overlapped_over_bound %.3f (%s; target <= 1.15), serial_over_overlapped %.3f (%s; "
@@ -220,6 +231,11 @@ int main(int argc, char** argv) {
       "buffer-count", &o.buffer_count,
       "offload_optimizer.buffer_count: pinned sub-group buffers (reads ahead, writes in flight)", 1,
       64);
+  flags.Int("aio-queue-depth", &o.aio_queue_depth, "aio.queue_depth (both engines and the sweep)",
+            1, 1024);
+  flags.Int("aio-block-size", &o.aio_block_size,
+            "aio.block_size in bytes (a multiple of 4096; both engines and the sweep)", 4096,
+            int64_t{1} << 30);
   flags.String("trace", &o.trace,
                "Chrome trace of the overlapped engine: <trace>.<size>.json (default: none)");
   flags.Double("clip", &o.clip,

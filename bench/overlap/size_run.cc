@@ -69,7 +69,8 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
               {"overlap_step", s.overlapped},
-              {"swap_checksums", o.checksums}}}};
+              {"swap_checksums", o.checksums}}},
+            {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   return c.dump();
 }
@@ -151,6 +152,7 @@ Result<json> RunSize(const SizeOptions& o) {
   STRATA_RETURN_IF_ERROR(adam->Run().status());
 
   std::vector<double> t_over, t_serial, t_compute, t_adam, rd_gbps, wr_gbps;
+  std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
@@ -158,8 +160,8 @@ Result<json> RunSize(const SizeOptions& o) {
   for (int64_t r = 0; r < o.rounds; ++r) {
     // ABBA: even rounds overlapped first, odd rounds serial first (and the parts in reverse).
     const bool fwd = r % 2 == 0;
-    for (int k = 0; k < 5; ++k) {
-      const int part = fwd ? k : 4 - k;
+    for (int k = 0; k < 6; ++k) {
+      const int part = fwd ? k : 5 - k;
       if (part == 0) {
         STRATA_ASSIGN_OR_RETURN(std::vector<EngineStepResult> steps,
                                 run_o->SteadySteps(batch, o.steps));
@@ -182,10 +184,20 @@ Result<json> RunSize(const SizeOptions& o) {
         STRATA_ASSIGN_OR_RETURN(double s, adam->Run());
         t_adam.push_back(s);
         cpu_adam.push_back(adam->last_cpu_s());
-      } else {
+      } else if (part == 4) {
         STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, uint64_t{1} << 30));
         rd_gbps.push_back(speed.read_gbps);
         wr_gbps.push_back(speed.write_gbps);
+      } else {
+        auto load = [&]() -> Status {
+          STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
+          t_compute_loaded.push_back(s);
+          return Status::Ok();
+        };
+        STRATA_ASSIGN_OR_RETURN(AioSpeed loaded,
+                                MeasureAioSweep(odir, aio, request, uint64_t{1} << 30, load));
+        rd_loaded.push_back(loaded.read_gbps);
+        wr_loaded.push_back(loaded.write_gbps);
       }
     }
     if (o.verbose) {
@@ -241,6 +253,17 @@ Result<json> RunSize(const SizeOptions& o) {
   j["bound_parts"]["aio_read_gbps"] = rd;
   j["bound_parts"]["aio_write_gbps"] = wr;
   j["bound_parts"]["aio"] = speed.engine;
+  // Not part of the bound: the same sweep with the step's compute running beside it.
+  const double rd_l = Median(rd_loaded), wr_l = Median(wr_loaded);
+  j["aio_beside_compute"] = {
+      {"read_gbps", rd_l},
+      {"write_gbps", wr_l},
+      {"nvme_s", static_cast<double>(b.nvme_read_bytes) / (rd_l * 1e9) +
+                     static_cast<double>(b.nvme_write_bytes) / (wr_l * 1e9)},
+      {"compute_s", Median(t_compute_loaded)},
+      {"note",
+       "not part of the bound: the aio sweep with forward + backward looping beside it "
+       "(Note [A loaded sweep] in bench/overlap/bound_parts.cc)"}};
   j["bound_parts"]["aio_request_bytes"] = request;
   j["bound_parts"]["memcpy_gbps"] = o.memcpy_gbps;
   // Note [CPU seconds]: how busy the cores were during the overlapped step, against the CPU

@@ -32,6 +32,7 @@ struct SizeOptions {
   bool verbose = true;       // progress lines on stderr
   std::string trace;         // strata.trace_path of the overlapped engine ("" = none)
   int64_t buffer_count = 4;  // offload_optimizer.buffer_count (pinned sub-group buffers)
+  int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section
 };
 
 // Runs the size; the JSON has the step times (every round and the medians), the bound and its
