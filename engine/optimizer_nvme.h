@@ -24,10 +24,13 @@
 // smaller than the largest leave room for more of them in flight. A slot holds one sub-group: a
 // read in flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in
 // flight (its buffer still holds what is being written, so reading that sub-group again waits for
-// the write and takes the buffer as is). A deferred write is drained before its slot is reused,
-// before that sub-group is read again, and by every direct call (ReadState, WriteState,
-// ReadSubGroup, WriteSubGroup, Flush, Step) and the destructor; its error fails the call that
-// drains it, naming the sub-group, the swap file and offset.
+// the write and takes the buffer as is). An updated state is written back lazily (write-back): its
+// slot stays valid and dirty, and its write starts only when its room is needed for another
+// sub-group or on a drain, so a state that stays in the buffers from one step to the next costs
+// no NVMe bytes (Note [Write-back] in optimizer_nvme_async.cc). A dirty slot or deferred write is
+// written out before its slot is reused, and by every direct call (ReadState, WriteState,
+// ReadSubGroup, WriteSubGroup, Flush, Step) and the destructor; a write's error fails the call
+// that waits for it, naming the sub-group, the swap file and offset.
 //
 // Thread safety: one thread drives it at a time (the engine's, or the overlapped step's worker
 // between its read-ahead start and the step); Step runs Adam on the oneTBB workers while the
@@ -72,6 +75,10 @@ struct NvmeOptimizerStateOptions {
   bool pipeline_write = false;
   bool checksums = true;  // strata.swap_checksums
   bool reuse_stale = false;
+  // The asynchronous path keeps updated states in the buffers and writes one only when its room
+  // is needed or on a drain (Note [Write-back] in optimizer_nvme_async.cc); false writes each
+  // at once (write-through).
+  bool write_back = true;
   int rank = 0;
   int num_threads = 0;  // CpuOptimizerOptions::num_threads
   // The AioHandle made when Create is given none (the `aio` section).
@@ -180,15 +187,18 @@ class NvmeOptimizerState {
   // WriteBack without that update verifies what is left first).
   Result<OptimizerSwapper::StateView> AcquireState(int i, std::span<const int> keep,
                                                    bool need_contents);
-  // Submits the write of sub-group i's slot (after AcquireState and an update in place).
+  // Hands back sub-group i's slot after AcquireState and an update in place: the slot turns
+  // dirty (write-back; options.write_back false: its write is submitted at once).
   Status WriteBack(int i);
-  // Waits for every write in flight (the first error), drops every read and valid copy. Calls
-  // the drain hook first.
+  // Writes every dirty slot, waits for every write in flight (the first error), drops every read
+  // and valid copy. Calls the drain hook first.
   Status DrainAsync();
-  // Waits for every write in flight (the first error) and keeps the buffers' contents valid: the
-  // next step takes those states from the buffers, as it would have without the wait. Calls the
-  // drain hook first.
+  // Waits for every write in flight (the first error) and keeps the buffers' contents valid,
+  // dirty slots included (they are the newest state; not written here): the next step takes those
+  // states from the buffers, as it would have without the wait. Calls the drain hook first.
   Status SettleWrites();
+  // The bytes of state held only by dirty slots (written by the next drain or eviction).
+  uint64_t dirty_bytes() const;
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
   // The first of `wanted` (non-empty sub-groups, in the order they will be needed) whose states
@@ -261,9 +271,11 @@ class NvmeOptimizerState {
     // verified (verified[b] == 0; empty: none verified).
     bool deferred = false;
     std::vector<char> verified;
-    // The fused update's per-block sums of the buffer, for WriteBack.
+    // The fused update's per-block sums of the buffer, for its write.
     std::vector<uint64_t> write_sums;
     bool sums_ready = false;
+    // kValid and newer than NVMe, its write not started (Note [Write-back]).
+    bool dirty = false;
   };
   Status EnsureSlots();
   void FreeSlot(size_t k);
@@ -276,6 +288,14 @@ class NvmeOptimizerState {
   // Places slot record k's state for sub-group i at `offset`.
   void Claim(size_t k, int i, size_t offset);
   void StartRead(int i, size_t k);
+  // Starts the write of slot k (valid and dirty, or just updated): it becomes kWriting.
+  void StartWrite(size_t k);
+  // Starts the writes of dirty slots whose sub-groups are not in `keep` until the room free,
+  // droppable or being written out reaches need_bytes: the sub-groups not in `order` first, then
+  // those of `order` needed last first. Whether any started.
+  bool WriteOutDirty(std::span<const int> keep, size_t need_bytes, std::span<const int> order);
+  // Waits for every I/O in flight (the first error).
+  Status WaitAllIo();
   OptimizerSwapper::StateView SlotState(size_t k) const;
   // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
   Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,

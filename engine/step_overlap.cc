@@ -113,6 +113,7 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   }
   unqueued_ = remaining_;
   copied_.assign(o_.sub_groups.size(), 0);
+  copy_begin_us_.assign(o_.sub_groups.size(), 0.0);
   kept_bytes_ = 0;
   pushed_expected_ = 0;
   {
@@ -213,9 +214,25 @@ Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   STRATA_RETURN_IF_ERROR(reduced_.Record(stream));
   STRATA_RETURN_IF_ERROR(copy_stream_.Wait(reduced_));
   if (o_.device_grad != nullptr) {  // else the reducer added into host_grad itself
+    Tracer* t = o_.tracer;
+    double* begin = &copy_begin_us_[g];
+    if (t != nullptr) {  // the copy's span on a track of its own, from when the stream starts it
+      STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([t, begin] {
+        *begin = t->NowUs();
+        return Status::Ok();
+      }));
+    }
     STRATA_RETURN_IF_ERROR(copy_stream_.CopyAsync(
         o_.host_grad + (sg.flat_begin - o_.host_begin), o_.device_grad + sg.flat_begin,
         Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
+    if (t != nullptr) {
+      const int track = t->Track("stream overlap d2h");
+      STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([t, track, begin, g] {
+        const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
+        t->Complete(track, "d2h sub-group grads", "copy", *begin, t->NowUs(), args);
+        return Status::Ok();
+      }));
+    }
   }
   STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([this, g] { Push(g); }));
   copied_[g] = 1;
@@ -244,12 +261,12 @@ void StepOverlap::Push(size_t g) {
 // host): the next reads go in flight first (ReadAhead: it, then the other ready ones, then the
 // rest last first, as far as the swap buffers allow), then it waits for its own state (a read,
 // or the write of its last update, whose buffer is then current), updates it in place in the
-// pinned buffer and submits its write without waiting. Nothing ready: ReadAhead, and when the
-// wanted reads wait for I/O in flight (a read to verify, a write whose buffer is needed) it
-// blocks on the oldest one, else it sleeps until kicked (a new ready sub-group, Begin,
-// StartReadAhead). So the disk always has the reads of the next sub-groups in flight, a
-// sub-group's update waits only for its own read, and the writes complete in the background.
-// The step (StopReadAhead / Finish) takes the state back with the worker idle.
+// pinned buffer and hands it back dirty (write-back: written when its room is needed). Nothing
+// ready: ReadAhead, and when the wanted reads wait for I/O in flight (a read to verify, a write
+// whose buffer is needed) it blocks on the oldest one, else it sleeps until kicked (a new ready
+// sub-group, Begin, StartReadAhead). So the disk always has the reads of the next sub-groups in
+// flight, a sub-group's update waits only for its own read, and the writes complete in the
+// background. The step (StopReadAhead / Finish) takes the state back with the worker idle.
 std::vector<int> StepOverlap::WantedLocked(int first) const {
   std::vector<int> w;
   if (first >= 0) w.push_back(first);

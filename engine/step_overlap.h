@@ -17,11 +17,12 @@
 // optimizer's pinned swap buffers with NvmeOptimizerState's asynchronous path. The read-ahead
 // starts at the boundary micro-batch's Forward (StartReadAhead), in the order backward reaches the
 // sub-groups (the last first), as far as the buffers allow; each update puts the next reads in
-// flight before it runs, and its write is left in flight (a later read of that buffer or that
-// sub-group waits for it; writes still in flight when the step ends complete during the next
-// forward). The step stops the read-ahead (StopReadAhead) before it touches the state, and the
-// serial step (a rollback, sub-groups past the kept-copy bound, a step not overlapped) starts
-// with the states already read ahead.
+// flight before it runs, and its state stays in its buffer, dirty, written only when the room is
+// needed or on a drain (Note [Write-back] in optimizer_nvme_async.cc; a later read of that buffer
+// or that sub-group waits for a write in flight; writes still in flight when the step ends
+// complete during the next forward). The step stops the read-ahead (StopReadAhead) before it
+// touches the state, and the serial step (a rollback, sub-groups past the kept-copy bound, a step
+// not overlapped) starts with the states already read ahead.
 //
 // Exactness (Note [Overlapped step exactness]). The update needs grad_scale = 1 / (world *
 // combined), where combined is the loss scale unless clipping triggers (it depends on the global
@@ -202,10 +203,11 @@ class StepOverlap {
   bool active_ = false;
   bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
-  std::vector<size_t> remaining_;     // unreduced slices per sub-group
-  std::vector<size_t> unqueued_;      // slices per sub-group not yet queued for reduction
-  std::vector<char> copied_;          // D2H enqueued here
-  std::vector<char> params_written_;  // WriteBackUpdated wrote the sub-group's parameters
+  std::vector<size_t> remaining_;      // unreduced slices per sub-group
+  std::vector<size_t> unqueued_;       // slices per sub-group not yet queued for reduction
+  std::vector<char> copied_;           // D2H enqueued here
+  std::vector<double> copy_begin_us_;  // trace: when the copy stream started sub-group g's D2H
+  std::vector<char> params_written_;   // WriteBackUpdated wrote the sub-group's parameters
   int64_t param_write_backs_ = 0;
   Status write_back_error_;  // the first failed WriteBackUpdated of OnReduced (Finish reports it)
   uint64_t kept_bytes_ = 0;

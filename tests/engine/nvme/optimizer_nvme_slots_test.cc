@@ -48,7 +48,7 @@ uint64_t StateBytes(const SubGroup& g) {
 // tier's OptimizerState on the same random state as the reference.
 class NvmeSlotsBySizeTest : public ::testing::Test {
  protected:
-  void Start(size_t buffers, bool checksums, uint64_t seed) {
+  void Start(size_t buffers, bool checksums, uint64_t seed, bool write_back = true) {
     layout_ = OneLargeFourSmall();
     groups_ = layout_.SubGroups(90'000);
     ASSERT_EQ(groups_.size(), 5u);
@@ -56,8 +56,9 @@ class NvmeSlotsBySizeTest : public ::testing::Test {
     dir_ = std::make_unique<ScratchDir>();
     ref_ = CpuTierReference(layout_);
     ASSERT_NE(ref_, nullptr);
-    auto nvme = NvmeOptimizerState::Create(layout_, groups_, Options(*dir_, buffers, checksums),
-                                           nullptr, nullptr);
+    NvmeOptimizerStateOptions o = Options(*dir_, buffers, checksums);
+    o.write_back = write_back;
+    auto nvme = NvmeOptimizerState::Create(layout_, groups_, o, nullptr, nullptr);
     ASSERT_THAT(nvme.status(), IsOk());
     s_ = std::move(nvme).value();
     rng_.seed(TestSeed() + seed);
@@ -124,6 +125,67 @@ TEST_F(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes)
   }
   EXPECT_EQ(s_->TakeAsyncStats().bytes_read, 0u);  // nothing read twice
   ASSERT_THAT(s_->DrainAsync(), IsOk());
+}
+
+// Write-back (Note [Write-back] in engine/optimizer_nvme_async.cc): with buffers for every state,
+// the steps after the first read nothing and write nothing - the updated states stay in the
+// buffers, dirty - until a drain writes them, after which NVMe holds the CPU tier's bits.
+TEST_F(NvmeSlotsBySizeTest, WriteBackLeavesUpdatedStatesInTheBuffersUntilADrain) {
+  ASSERT_NO_FATAL_FAILURE(Start(2, true, 11));
+  const std::vector<int> order = {4, 3, 2, 1, 0};
+  for (int step = 1; step <= 3; ++step) {
+    ASSERT_NO_FATAL_FAILURE(BeginStep(step));
+    s_->TakeAsyncStats();
+    for (size_t j = 0; j < order.size(); ++j) {
+      const std::span<const int> rest(order.data() + j, order.size() - j);
+      bool helps = false;
+      ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
+      ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
+    }
+    const NvmeOptimizerState::AsyncStats st = s_->TakeAsyncStats();
+    EXPECT_EQ(st.bytes_read, step == 1 ? AllStateBytes() : 0u) << "step " << step;
+    EXPECT_EQ(st.bytes_written, 0u) << "step " << step;
+    EXPECT_EQ(s_->dirty_bytes(), AllStateBytes()) << "step " << step;
+    // Synchronize's call: writes in flight settle, the dirty copies stay.
+    ASSERT_THAT(s_->SettleWrites(), IsOk());
+    EXPECT_EQ(s_->dirty_bytes(), AllStateBytes()) << "step " << step;
+  }
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
+  EXPECT_EQ(s_->TakeAsyncStats().bytes_written, AllStateBytes());
+  EXPECT_EQ(s_->dirty_bytes(), 0u);
+  EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");  // read back from NVMe
+}
+
+// Write-through (write_back false) writes every state every step; write-back writes what the
+// room needs (here, with one buffer and the large state in every step, most of it). Both keep
+// the CPU tier's bits after every step.
+TEST_F(NvmeSlotsBySizeTest, WriteBackAndWriteThroughKeepTheBitsAndWriteBackWritesNoMore) {
+  uint64_t written[2] = {0, 0};
+  for (const bool write_back : {false, true}) {
+    SCOPED_TRACE(write_back ? "write-back" : "write-through");
+    ASSERT_NO_FATAL_FAILURE(Start(1, true, 13, write_back));
+    const std::vector<std::vector<int>> orders = {
+        {1, 2, 3, 4, 0}, {0, 4, 3, 2, 1}, {2, 1, 0, 4, 3}};
+    for (size_t k = 0; k < orders.size(); ++k) {
+      const int step = static_cast<int>(k) + 1;
+      ASSERT_NO_FATAL_FAILURE(BeginStep(step));
+      s_->TakeAsyncStats();
+      const std::vector<int>& order = orders[k];
+      for (size_t j = 0; j < order.size(); ++j) {
+        const std::span<const int> rest(order.data() + j, order.size() - j);
+        bool helps = false;
+        ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
+        ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
+      }
+      const uint64_t w = s_->TakeAsyncStats().bytes_written;
+      if (!write_back) {
+        EXPECT_EQ(w, AllStateBytes()) << "step " << step;
+      }
+      written[write_back ? 1 : 0] += w;
+      ASSERT_EQ(StateDiffers(*s_, *ref_, n_), "") << "step " << step;  // drains: all written
+    }
+  }
+  EXPECT_LE(written[1], written[0]);
 }
 
 // Steps through the overlapped worker's calls in several orders (the large sub-group first,
