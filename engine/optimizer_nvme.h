@@ -18,8 +18,8 @@
 // a corrupted block: DataLoss by its checksum, from swap/), with the sub-group added here.
 //
 // The asynchronous path (optimizer_nvme_async.cc; the overlapped step's worker and StepExcept):
-// sub-group states move through the swapper's pinned buffers with reads issued ahead and writes
-// left in flight (deferred). The buffers are used as one region (`buffer_count` x the largest
+// sub-group states move through the swapper's pinned buffers with reads issued ahead and updated
+// states written back lazily (below). The buffers are used as one region (`buffer_count` x the largest
 // state) in which each state takes its own size ("slots", Note [Slots by size]), so sub-groups
 // smaller than the largest leave room for more of them in flight. A slot holds one sub-group: a
 // read in flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in
@@ -145,7 +145,7 @@ class NvmeOptimizerState {
   // As Step, but sub-groups with skip[i] != 0 are left alone (the overlapped step updated them:
   // engine/step_overlap.h). With none skipped and nothing in the slots this is Step; otherwise
   // the rest go through the asynchronous path: the states already read ahead first, the next
-  // reads in flight during each update, the writes left in flight past the return (deferred).
+  // reads in flight during each update, the updated states left dirty in the buffers.
   // `skip` has num_sub_groups() entries.
   Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
                     DType copy_dtype, const std::vector<char>& skip);
