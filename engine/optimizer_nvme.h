@@ -19,16 +19,16 @@
 //
 // The asynchronous path (optimizer_nvme_async.cc; the overlapped step's worker and StepExcept):
 // sub-group states move through the swapper's pinned buffers with reads issued ahead and updated
-// states written back lazily (below). The buffers are used as one region (`buffer_count` x the largest
-// state) in which each state takes its own size ("slots", Note [Slots by size]), so sub-groups
-// smaller than the largest leave room for more of them in flight. A slot holds one sub-group: a
-// read in flight, a valid copy (what NVMe holds, or newer once updated in place), or a write in
-// flight (its buffer still holds what is being written, so reading that sub-group again waits for
-// the write and takes the buffer as is). An updated state is written back lazily (write-back): its
-// slot stays valid and dirty, and its write starts only when its room is needed for another
-// sub-group or on a drain, so a state that stays in the buffers from one step to the next costs
-// no NVMe bytes (Note [Write-back] in optimizer_nvme_async.cc). A dirty slot or deferred write is
-// written out before its slot is reused, and by every direct call (ReadState, WriteState,
+// states written back lazily (below). The buffers are used as one region (`buffer_count` x the
+// largest state) in which each state takes its own size ("slots", Note [Slots by size]), so
+// sub-groups smaller than the largest leave room for more of them in flight. A slot holds one
+// sub-group: a read in flight, a valid copy (what NVMe holds, or newer once updated in place), or a
+// write in flight (its buffer still holds what is being written, so reading that sub-group again
+// waits for the write and takes the buffer as is). An updated state is written back lazily
+// (write-back): its slot stays valid and dirty, and its write starts only when its room is needed
+// for another sub-group or on a drain, so a state that stays in the buffers from one step to the
+// next costs no NVMe bytes (Note [Write-back] in optimizer_nvme_async.cc). A dirty slot or deferred
+// write is written out before its slot is reused, and by every direct call (ReadState, WriteState,
 // ReadSubGroup, WriteSubGroup, Flush, Step) and the destructor; a write's error fails the call
 // that waits for it, naming the sub-group, the swap file and offset.
 //
