@@ -2,6 +2,7 @@
 // into the swapper's pinned buffers and written back with the writes left in flight.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -18,6 +19,9 @@ double NowMs() {
 }
 
 size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
+
+// WriteOutDirty's need_bytes for "every dirty copy not kept" (no room ever reaches it).
+constexpr size_t kAllDirty = SIZE_MAX;
 
 bool Contains(std::span<const int> v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -287,7 +291,7 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
       // With nothing in flight the room is there but scattered: every dirty copy not in the
       // window goes.
       const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
-      in_flight |= WriteOutDirty(window, in_flight ? need : region_bytes_ + 1, wanted);
+      in_flight |= WriteOutDirty(window, in_flight ? need : kAllDirty, wanted);
       *waiting_helps |= in_flight;
       break;
     }
@@ -335,12 +339,12 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
       STRATA_ASSIGN_OR_RETURN(bool waited, WaitOldestIo());
       if (waited) continue;
       // The room is there but scattered among dirty copies: every one not kept goes.
-      if (WriteOutDirty(keep, region_bytes_ + 1, keep)) continue;
+      if (WriteOutDirty(keep, kAllDirty, keep)) continue;
       // Nothing in flight and no room among the kept copies (keep larger than the region, or
       // the kept copies scattered so no gap fits): give up the kept copies needed last first.
       for (size_t n = keep.size(); k < 0 && n-- > 0;) {
         k = Place(i, keep.first(n));
-        if (k < 0 && WriteOutDirty(keep.first(n), region_bytes_, keep)) {
+        if (k < 0 && WriteOutDirty(keep.first(n), kAllDirty, keep)) {
           STRATA_RETURN_IF_ERROR(WaitAllIo());
           k = Place(i, keep.first(n));
         }
@@ -391,7 +395,7 @@ Status NvmeOptimizerState::WriteBack(int i) {
 
 Status NvmeOptimizerState::DrainAsync() {
   if (drain_hook_) drain_hook_();
-  WriteOutDirty({}, region_bytes_ + 1, {});  // every dirty copy
+  WriteOutDirty({}, kAllDirty, {});
   Status first;
   for (size_t k = 0; k < slots_.size(); ++k) {
     Slot& s = slots_[k];

@@ -113,7 +113,6 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   }
   unqueued_ = remaining_;
   copied_.assign(o_.sub_groups.size(), 0);
-  copy_begin_us_.assign(o_.sub_groups.size(), 0.0);
   kept_bytes_ = 0;
   pushed_expected_ = 0;
   {
@@ -214,25 +213,9 @@ Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
   STRATA_RETURN_IF_ERROR(reduced_.Record(stream));
   STRATA_RETURN_IF_ERROR(copy_stream_.Wait(reduced_));
   if (o_.device_grad != nullptr) {  // else the reducer added into host_grad itself
-    Tracer* t = o_.tracer;
-    double* begin = &copy_begin_us_[g];
-    if (t != nullptr) {  // the copy's span on a track of its own, from when the stream starts it
-      STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([t, begin] {
-        *begin = t->NowUs();
-        return Status::Ok();
-      }));
-    }
     STRATA_RETURN_IF_ERROR(copy_stream_.CopyAsync(
         o_.host_grad + (sg.flat_begin - o_.host_begin), o_.device_grad + sg.flat_begin,
         Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
-    if (t != nullptr) {
-      const int track = t->Track("stream overlap d2h");
-      STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([t, track, begin, g] {
-        const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
-        t->Complete(track, "d2h sub-group grads", "copy", *begin, t->NowUs(), args);
-        return Status::Ok();
-      }));
-    }
   }
   STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([this, g] { Push(g); }));
   copied_[g] = 1;

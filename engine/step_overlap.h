@@ -203,11 +203,10 @@ class StepOverlap {
   bool active_ = false;
   bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
-  std::vector<size_t> remaining_;      // unreduced slices per sub-group
-  std::vector<size_t> unqueued_;       // slices per sub-group not yet queued for reduction
-  std::vector<char> copied_;           // D2H enqueued here
-  std::vector<double> copy_begin_us_;  // trace: when the copy stream started sub-group g's D2H
-  std::vector<char> params_written_;   // WriteBackUpdated wrote the sub-group's parameters
+  std::vector<size_t> remaining_;     // unreduced slices per sub-group
+  std::vector<size_t> unqueued_;      // slices per sub-group not yet queued for reduction
+  std::vector<char> copied_;          // D2H enqueued here
+  std::vector<char> params_written_;  // WriteBackUpdated wrote the sub-group's parameters
   int64_t param_write_backs_ = 0;
   Status write_back_error_;  // the first failed WriteBackUpdated of OnReduced (Finish reports it)
   uint64_t kept_bytes_ = 0;

@@ -174,22 +174,20 @@ Result<AioSpeed> MeasureAioSweepQuiet(const std::string& dir, const AioOptions& 
 // The bound takes the disk speed of a quiet machine. Here the "NVMe" is a virtual disk whose
 // transfers are memory copies on the host, so they share the memory bus with the step's own work:
 // one core running memcpy took this disk from 3.5 to 3.0 GB/s reading and from 6.5 to 4.2 GB/s
-// writing (a standalone experiment). The loaded sweep measures the same
-// sweep while the step's compute (forward + backward, all resident) runs beside it, so the JSON
-// shows how much of a gap between the step and its bound that contention explains. It is printed
-// beside the bound and never replaces it.
+// writing (a standalone experiment). The loaded sweep measures the same sweep while the step's
+// compute (forward + backward, all resident) runs beside it, so the JSON shows how much of a gap
+// between the step and its bound that contention explains. It is printed beside the bound and
+// never replaces it.
 Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
                                  size_t request_bytes, uint64_t max_write_bytes,
-                                 const std::function<Status()>& load, int* load_runs) {
+                                 const std::function<Status()>& load) {
   std::atomic<bool> stop{false};
   Status load_status;
-  int runs = 0;
   std::thread loader;
   if (load) {
     loader = std::thread([&] {
       while (!stop.load(std::memory_order_relaxed) && load_status.ok()) {
         load_status = load();
-        if (load_status.ok()) ++runs;
       }
     });
   }
@@ -199,7 +197,6 @@ Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& optio
     loader.join();
     STRATA_RETURN_IF_ERROR(load_status.WithContext("the loaded sweep's load"));
   }
-  if (load_runs != nullptr) *load_runs = runs;
   return out;
 }
 

@@ -84,11 +84,9 @@ struct AioSpeed {
 // same directory with the same requests twice and times the second pass (an overwrite, as the
 // swap's writes are: Note [Overwrite sweep]), and removes it. NotFound when `dir` has no files.
 // With `load` (a diagnostic, not part of the bound): the load runs over and over on a thread of
-// its own for the whole sweep (Note [A loaded sweep] in bound_parts.cc), and `load_runs` says how
-// many times it ran to the end.
+// its own for the whole sweep (Note [A loaded sweep] in bound_parts.cc).
 Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
                                  size_t request_bytes, uint64_t max_write_bytes,
-                                 const std::function<Status()>& load = {},
-                                 int* load_runs = nullptr);
+                                 const std::function<Status()>& load = {});
 
 }  // namespace strata::bench
