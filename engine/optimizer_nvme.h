@@ -176,8 +176,13 @@ class NvmeOptimizerState {
   // copies of sub-groups not among them. *waiting_helps: some of them wait for I/O in flight (a
   // read, or a write whose slot is needed). The first error of a completed read or write.
   Status ReadAhead(std::span<const int> wanted, bool* waiting_helps);
-  // Blocks until the oldest read or write in flight completes (false: none was).
-  Result<bool> WaitOldestIo();
+  // Blocks until the oldest read or write in flight completes (false: none was). With `block`
+  // false it does not wait: true when that I/O had completed (recorded now) or none was in flight,
+  // false while it is still in flight.
+  Result<bool> WaitOldestIo(bool block = true);
+  // Sub-group i's state is in a slot with no read still in flight (valid, dirty, being written,
+  // or read and not yet recorded): AcquireState would not wait for a read.
+  bool Resident(int i) const;
   // Blocks until sub-group i's state is valid in a slot and returns where (valid until its
   // WriteBack, the next drain, or a later ReadAhead / AcquireState whose keep leaves i out and
   // needs its room): read from NVMe if needed (need_contents), else the caller overwrites it

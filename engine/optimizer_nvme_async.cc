@@ -301,16 +301,26 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
   return Status::Ok();
 }
 
-Result<bool> NvmeOptimizerState::WaitOldestIo() {
+Result<bool> NvmeOptimizerState::WaitOldestIo(bool block) {
   int oldest = -1;
   for (size_t k = 0; k < slots_.size(); ++k) {
     const Slot& s = slots_[k];
     if (s.state != Slot::State::kReading && s.state != Slot::State::kWriting) continue;
     if (oldest < 0 || s.seq < slots_[static_cast<size_t>(oldest)].seq) oldest = static_cast<int>(k);
   }
-  if (oldest < 0) return false;
+  if (oldest < 0) return !block;
+  Slot& s = slots_[static_cast<size_t>(oldest)];
+  if (!block && !s.io.ready()) return false;
   STRATA_RETURN_IF_ERROR(Settle(static_cast<size_t>(oldest), true));
   return true;
+}
+
+bool NvmeOptimizerState::Resident(int i) const {
+  if (i < 0 || static_cast<size_t>(i) >= slot_of_.size()) return false;
+  const int at = slot_of_[static_cast<size_t>(i)];
+  if (at < 0) return false;
+  const Slot& s = slots_[static_cast<size_t>(at)];
+  return s.state != Slot::State::kReading || s.io.ready();
 }
 
 Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,

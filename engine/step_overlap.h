@@ -53,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -102,7 +103,9 @@ struct StepOverlapOptions {
   ParamStore* param_store = nullptr;
   // Bound on the kept copies of a speculative step (master + moments + param_copy range).
   uint64_t copy_limit_bytes = uint64_t{1} << 30;
-  Tracer* tracer = nullptr;  // optional: a track "adam overlap" with a span per sub-group
+  // Optional: a track "adam overlap" with a span per sub-group's update, and "grads ready" with a
+  // span per sub-group from its last gradient's reduce to its arrival in the worker's queue.
+  Tracer* tracer = nullptr;
 };
 
 // What the early update uses; Resolve compares it, field by field, with the step's own.
@@ -117,6 +120,8 @@ class StepOverlap {
  public:
   // After a rollback, speculative steps run serially; every kRetryAfter-th one tries again.
   static constexpr int kRetryAfter = 8;
+  // How often the worker, waiting for I/O with nothing ready, looks at the ready queue again.
+  static constexpr std::chrono::microseconds kIoPoll{200};
 
   // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
   // are incomplete.

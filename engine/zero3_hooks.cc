@@ -288,8 +288,9 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
   if (tracer != nullptr) {
     const int track = tracer->Track("stream gather");
     const double* begin = &trace_begin_us_[i];
-    STRATA_RETURN_IF_ERROR(g.LaunchHostFunc([tracer, track, begin]() {
-      tracer->Complete(track, "gather", "copy", *begin, tracer->NowUs());
+    STRATA_RETURN_IF_ERROR(g.LaunchHostFunc([tracer, track, begin, bytes, p]() {
+      const TraceArg args[] = {{"bytes", static_cast<double>(bytes)}};
+      tracer->Complete(track, "gather", "copy", *begin, tracer->NowUs(), args, "param", p->name());
       return Status::Ok();
     }));
   }

@@ -5,10 +5,12 @@
 // CPU tier; and read-ahead copies in the way of a larger state are dropped (or, kept, given up
 // once nothing is in flight) and read again, with the same bits.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -125,6 +127,46 @@ TEST_F(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes)
   }
   EXPECT_EQ(s_->TakeAsyncStats().bytes_read, 0u);  // nothing read twice
   ASSERT_THAT(s_->DrainAsync(), IsOk());
+}
+
+// The worker's non-blocking look at the I/O (Note [Ready and resident first] in
+// engine/step_overlap.cc): WaitOldestIo(false) never waits, and says true once the oldest I/O has
+// completed (or none is in flight); Resident(i) is true exactly when AcquireState(i) reads nothing.
+TEST_F(NvmeSlotsBySizeTest, ResidentAndTheNonBlockingWaitFollowTheReadsInFlight) {
+  ASSERT_NO_FATAL_FAILURE(Start(2, true, 5));
+  ASSERT_THAT(s_->PrepareSubGroupSteps(), IsOk());
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
+  s_->TakeAsyncStats();
+  Result<bool> idle = s_->WaitOldestIo(false);
+  ASSERT_THAT(idle.status(), IsOk());
+  EXPECT_TRUE(*idle);  // nothing in flight
+  for (int i = -1; i <= 5; ++i) EXPECT_FALSE(s_->Resident(i)) << i;
+  const std::vector<int> order = {4, 3, 2, 1, 0};
+  bool helps = false;
+  ASSERT_THAT(s_->ReadAhead(order, &helps), IsOk());
+  EXPECT_EQ(s_->TakeAsyncStats().bytes_read, AllStateBytes());
+  // Record the reads as they complete, without blocking: at most one per completed call.
+  int recorded = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (recorded < 5 && std::chrono::steady_clock::now() < deadline) {
+    Result<bool> done = s_->WaitOldestIo(false);
+    ASSERT_THAT(done.status(), IsOk());
+    if (*done) {
+      ++recorded;
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  EXPECT_EQ(recorded, 5);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(s_->Resident(i)) << i;
+  EXPECT_FALSE(s_->Resident(5));
+  // Resident means no read: acquiring every state (checksums verified by the updates) reads
+  // nothing more, and the updates keep the CPU tier's bits.
+  ASSERT_NO_FATAL_FAILURE(BeginStep(1));
+  for (int i : order) ASSERT_NO_FATAL_FAILURE(Update(i, order, 1));
+  EXPECT_EQ(s_->TakeAsyncStats().bytes_read, 0u);
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
+  EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
 
 // Write-back (Note [Write-back] in engine/optimizer_nvme_async.cc): with buffers for every state,
