@@ -118,11 +118,6 @@ class HostDevice final : public Device {
     op.dst = dst;
     op.src = src;
     op.size_bytes = size_bytes;
-    const LinkPacer* pacer = kind == CopyKind::kHostToDevice     ? &h2d_
-                             : kind == CopyKind::kDeviceToHost   ? &d2h_
-                             : kind == CopyKind::kDeviceToDevice ? &d2d_
-                                                                 : nullptr;
-    if (pacer != nullptr && pacer->throttled()) op.enqueued = internal::Clock::now();
     return s->Enqueue(std::move(op)).status();
   }
 

@@ -47,7 +47,7 @@ struct HostOp {
   void* dst = nullptr;
   const void* src = nullptr;
   size_t size_bytes = 0;
-  Clock::time_point enqueued{};  // set only for throttled copies
+  Clock::time_point enqueued{};  // set by HostStream::Enqueue
   // kHostFunc
   HostTask task;
   // kKernel
@@ -95,6 +95,9 @@ class HostStream {
   void Run();
   Status Execute(HostOp& op);
   Status ExecuteCopy(const HostOp& op);
+  // When a host function or kernel that began at `begin` ends, as the next copy's pacing sees it
+  // (Note [Host work without the wake-up] in host_stream.cc).
+  Clock::time_point EmulatedEnd(Clock::time_point enqueued, Clock::time_point begin) const;
   Status ErrorCovering(uint64_t seq) const;  // requires mu_
 
   const Env env_;
