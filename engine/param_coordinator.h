@@ -113,6 +113,8 @@ class ParamCoordinator {
   void ReadAhead();
   // The next pre entry after `pos` using `param` (trace_.size() if none).
   size_t NextUse(size_t param, size_t pos) const;
+  // Every entry in [pos_, next) uses only live or persistent parameters (Note [Next fresh gather]).
+  bool NothingFreshBefore(size_t next) const;
   static bool IsPre(nn::HookPoint p) {
     return p == nn::HookPoint::kPreForward || p == nn::HookPoint::kPreBackward;
   }

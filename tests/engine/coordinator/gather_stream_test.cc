@@ -103,6 +103,39 @@ TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   }
 }
 
+// Note [Next fresh gather] in engine/param_coordinator.cc: with settings like bench/overlap's (a
+// bucket of about the largest module, max_live two buckets) the room rule alone released the last
+// layer's parameters after their forward and gathered them again for the backward right after;
+// now the parameters whose next use comes before any fresh gather stay, so a replayed step moves
+// fewer bytes than one fetch per forward and per backward use.
+TEST(ParamCoordinatorTrafficTest, TheLastLayerIsKeptAcrossTheTurnToBackward) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(29, 4, 2, 16, 256);
+  PrefetchRun off{.param = "cpu"};
+  const PrefetchOutcome base = TrainPrefetch(*comm, off, data);
+  ASSERT_THAT(base.status, IsOk());
+  // The tiny model's largest module is an MLP projection (49152 elements), lm_head 32768: at the
+  // last down_proj's release the live elements (it and lm_head, gathered ahead) plus a bucket
+  // pass max_live, as the last layer and lm_head did in the bench.
+  ASSERT_EQ(base.largest_module_numel, 49152u);
+  PrefetchRun on = off;
+  on.bucket = 60000;
+  on.max_live = 2 * on.bucket;
+  on.reuse = 1000000000;
+  const PrefetchOutcome got = TrainPrefetch(*comm, on, data);
+  ASSERT_THAT(got.status, IsOk());
+  ASSERT_EQ(got.breakdowns.size(), 3u);
+  EXPECT_TRUE(SameBits(base.masters, got.masters));
+  for (size_t k = 1; k < got.breakdowns.size(); ++k) {
+    EXPECT_EQ(base.breakdowns[k].h2d_bytes, ExpectedH2dBytesPerStep(base, k)) << "step " << k + 1;
+    // At least the last layer's down_proj (49152 fp32 elements, the module before lm_head)
+    // crosses the link once a step instead of twice.
+    const uint64_t expected = ExpectedH2dBytesPerStep(base, k);
+    ASSERT_LE(got.breakdowns[k].h2d_bytes, expected) << "step " << k + 1;
+    EXPECT_GE(expected - got.breakdowns[k].h2d_bytes, uint64_t{49152} * 4) << "step " << k + 1;
+  }
+}
+
 TEST(ParamCoordinatorTrafficTest, NvmeBytesAreTheStoresReadsAndWriteBack) {
   auto comm = testing::MakeLocalComm();
   const testing::TokenData data = testing::RandomTokens(25, 4, 2, 16, 256);
