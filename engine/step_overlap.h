@@ -121,7 +121,7 @@ class StepOverlap {
   // After a rollback, speculative steps run serially; every kRetryAfter-th one tries again.
   static constexpr int kRetryAfter = 8;
   // How often the worker, waiting for I/O with nothing ready, looks at the ready queue again.
-  static constexpr std::chrono::microseconds kIoPoll{200};
+  static constexpr std::chrono::microseconds kIoPoll{1000};
 
   // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
   // are incomplete.
