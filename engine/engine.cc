@@ -324,7 +324,9 @@ Status Engine::Forward(const nn::TokenBatch& micro_batch) {
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(im.compute));
     STRATA_RETURN_IF_ERROR(BeginStepReadAhead());  // strata.overlap_step, NVMe state
+    const uint64_t h2d0 = im.hooks != nullptr ? im.hooks->h2d_bytes_pending() : 0;
     STRATA_RETURN_IF_ERROR(model_.Forward(ctx, micro_batch));
+    if (im.hooks != nullptr) im.breakdown.forward_h2d_bytes += im.hooks->h2d_bytes_pending() - h2d0;
     STRATA_RETURN_IF_ERROR(end.Record(im.compute));
     im.forward_events.emplace_back(std::move(begin), std::move(end));
   }

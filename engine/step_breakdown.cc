@@ -20,6 +20,7 @@ StepBreakdown& StepBreakdown::operator+=(const StepBreakdown& o) {
   cpu_adam_ms += o.cpu_adam_ms;
   overlapped_adam_ms += o.overlapped_adam_ms;
   h2d_bytes += o.h2d_bytes;
+  forward_h2d_bytes += o.forward_h2d_bytes;
   d2h_bytes += o.d2h_bytes;
   nvme_read_bytes += o.nvme_read_bytes;
   nvme_write_bytes += o.nvme_write_bytes;
@@ -88,6 +89,7 @@ std::string StepBreakdown::ToJson() const {
       {"cpu_adam_ms", cpu_adam_ms},
       {"overlapped_adam_ms", overlapped_adam_ms},
       {"h2d_bytes", h2d_bytes},
+      {"forward_h2d_bytes", forward_h2d_bytes},
       {"d2h_bytes", d2h_bytes},
       {"nvme_read_bytes", nvme_read_bytes},
       {"nvme_write_bytes", nvme_write_bytes},

@@ -28,6 +28,9 @@ struct StepBreakdown {
 
   // Bytes moved per tier boundary.
   uint64_t h2d_bytes = 0;
+  // Of h2d_bytes, those enqueued during the forwards (stage 3's gathers): the link's forward
+  // phase, which no gradient copy can share (bench/overlap's phase floor).
+  uint64_t forward_h2d_bytes = 0;
   uint64_t d2h_bytes = 0;
   uint64_t nvme_read_bytes = 0;
   uint64_t nvme_write_bytes = 0;

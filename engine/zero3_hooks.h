@@ -116,6 +116,9 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // copies' own time on the gather stream, hidden behind compute or not). Call it after the
   // compute stream has been synchronised (copies still running are counted next time).
   void AddTo(StepBreakdown* b);
+  // The gathers' host-to-device bytes enqueued since the last AddTo (the engine takes the
+  // forwards' share: StepBreakdown::forward_h2d_bytes).
+  uint64_t h2d_bytes_pending() const { return h2d_bytes_; }
 
   bool persistent(size_t param) const { return state_[param].persistent; }
   // Device bytes held now by gathered parameters (the pool's free buffers included) and stage-3

@@ -50,6 +50,8 @@ Result<double> ResidentCompute::Run(const nn::TokenBatch& batch) {
   const double cpu0 = ProcessCpuSeconds();
   const auto t0 = Clock::now();
   STRATA_RETURN_IF_ERROR(model_->Forward(ctx, batch));
+  STRATA_RETURN_IF_ERROR(stream_.Synchronize());
+  last_forward_s_ = Since(t0);
   STRATA_RETURN_IF_ERROR(model_->Backward(ctx, 1.0f));
   STRATA_RETURN_IF_ERROR(model_->ReadLoss(ctx).status());
   const double wall = Since(t0);

@@ -32,10 +32,14 @@ class ResidentCompute {
   Result<double> Run(const nn::TokenBatch& batch);
   // The process's CPU seconds (every thread) during the last Run.
   double last_cpu_s() const { return last_cpu_s_; }
+  // Of the last Run's seconds, the forward's (to its stream's synchronisation; the rest is the
+  // backward's and the loss read's).
+  double last_forward_s() const { return last_forward_s_; }
 
  private:
   ResidentCompute() = default;
   double last_cpu_s_ = 0;
+  double last_forward_s_ = 0;
   std::unique_ptr<Device> device_;
   Stream stream_;
   std::unique_ptr<llama::LlamaForCausalLM> model_;

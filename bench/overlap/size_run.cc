@@ -9,6 +9,7 @@
 
 #include "bench/overlap/bound_parts.h"
 #include "bench/overlap/engine_run.h"
+#include "bench/overlap/phase_floor.h"
 #include "tools/strata/cmd_train_memory.h"
 
 namespace strata::bench {
@@ -151,7 +152,7 @@ Result<json> RunSize(const SizeOptions& o) {
   STRATA_RETURN_IF_ERROR(compute->Run(batch).status());
   STRATA_RETURN_IF_ERROR(adam->Run().status());
 
-  std::vector<double> t_over, t_serial, t_compute, t_adam, rd_gbps, wr_gbps;
+  std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
   std::vector<float> losses;
@@ -179,6 +180,7 @@ Result<json> RunSize(const SizeOptions& o) {
       } else if (part == 2) {
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
         t_compute.push_back(s);
+        t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
       } else if (part == 3) {
         STRATA_ASSIGN_OR_RETURN(double s, adam->Run());
@@ -227,6 +229,19 @@ Result<json> RunSize(const SizeOptions& o) {
   if (nvme_s > bound) bound = nvme_s, formed_by = "nvme bytes / aio read+write speed";
   if (link_s > bound) bound = link_s, formed_by = "link bytes / link speed";
   const double over = Median(t_over), ser = Median(t_serial);
+
+  // Note [Phase floor] in phase_floor.cc: the same parts with the forward / backward order kept.
+  const double forward_s = Median(t_forward);
+  const uint64_t fwd_h2d = std::min(b.forward_h2d_bytes, b.h2d_bytes);
+  const uint64_t bwd_h2d = b.h2d_bytes - fwd_h2d;
+  auto per_s = [](uint64_t bytes, double gbps) {
+    return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0;
+  };
+  const PhaseWork fwd_phase{forward_s, per_s(fwd_h2d, o.memcpy_gbps), per_s(fwd_h2d, o.link_gbps)};
+  const PhaseWork bwd_phase{std::max(0.0, compute_s - forward_s),
+                            per_s(bwd_h2d + b.d2h_bytes, o.memcpy_gbps),
+                            per_s(std::max(bwd_h2d, b.d2h_bytes), o.link_gbps)};
+  const PhaseFloor floor = ComputePhaseFloor(fwd_phase, bwd_phase, adam_s, nvme_s);
 
   json j;
   j["seq"] = o.seq;
@@ -285,6 +300,10 @@ Result<json> RunSize(const SizeOptions& o) {
                       {"work_cpu_s", work_cpu},
                       {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
+  j["phase_floor"] = PhaseFloorJson(fwd_phase, bwd_phase, adam_s, nvme_s, floor);
+  j["phase_floor"]["forward_h2d_bytes"] = fwd_h2d;
+  j["phase_floor_over_bound"] = bound > 0 ? floor.floor_s / bound : 0.0;
+  j["overlapped_over_phase_floor"] = floor.floor_s > 0 ? over / floor.floor_s : 0.0;
   j["serial_over_overlapped"] = over > 0 ? ser / over : 0.0;
   j["losses_overlapped"] = losses;
   j["breakdown_overlapped"] = json::parse(last_o.breakdown.ToJson());

@@ -78,6 +78,20 @@ uint64_t ExpectedH2dBytesPerStep(const PrefetchOutcome& o, size_t step) {
   return bytes;
 }
 
+// Of those, the forward's (StepBreakdown::forward_h2d_bytes): each non-persistent parameter once
+// (the embedding as its touched rows); the persistent ones are gathered in the step.
+uint64_t ExpectedForwardH2dBytes(const PrefetchOutcome& o, size_t step) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < o.shard_bytes.size(); ++i) {
+    if (i == o.embedding) {
+      bytes += o.embedding_rows[step] * o.embedding_row_bytes;
+    } else if (!o.persistent[i]) {
+      bytes += o.shard_bytes[i];
+    }
+  }
+  return bytes;
+}
+
 TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   auto comm = testing::MakeLocalComm();
   const testing::TokenData data = testing::RandomTokens(23, 4, 2, 16, 256);
@@ -90,6 +104,8 @@ TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   ASSERT_GT(got.embedding_rows[1], 0u);
   for (size_t k = 1; k < got.breakdowns.size(); ++k) {
     EXPECT_EQ(got.breakdowns[k].h2d_bytes, ExpectedH2dBytesPerStep(got, k)) << "step " << k + 1;
+    EXPECT_EQ(got.breakdowns[k].forward_h2d_bytes, ExpectedForwardH2dBytes(got, k))
+        << "step " << k + 1;
     EXPECT_GT(got.breakdowns[k].h2d_ms, 0.0) << "step " << k + 1;
     EXPECT_EQ(got.breakdowns[k].nvme_read_bytes, 0u);
   }

@@ -23,6 +23,7 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   StepBreakdown b = a;
   b.backward_ms = 40;
   b.h2d_bytes = 1 << 20;
+  b.forward_h2d_bytes = 1 << 19;
   a += b;
   EXPECT_EQ(a.total_ms, 200);
   EXPECT_EQ(a.backward_ms, 40);
@@ -38,7 +39,8 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   EXPECT_EQ(j.at("nvme_read_bytes").get<uint64_t>(), uint64_t{6} << 20);
   EXPECT_EQ(j.at("collective_bytes").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("overlapped_adam_ms").get<double>(), 14);
-  EXPECT_EQ(j.size(), 15u);
+  EXPECT_EQ(j.at("forward_h2d_bytes").get<uint64_t>(), uint64_t{1} << 19);
+  EXPECT_EQ(j.size(), 16u);
 }
 
 }  // namespace
