@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "core/trace.h"
@@ -178,7 +179,22 @@ Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardS
   const size_t bytes = (hi - lo) * sizeof(float);
   STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
   if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
+  // With a trace: a span per gradient copy on its own track, from the stream reaching it to the
+  // copy's (paced) end, so the link's D2H side is visible beside the gathers.
+  Tracer* tracer = CurrentTracer();
+  std::shared_ptr<double> begin_us;
+  if (tracer != nullptr && tracer->enabled()) {
+    begin_us = std::make_shared<double>(0);
+    STRATA_RETURN_IF_ERROR(s.LaunchHostFunc([tracer, begin_us] { *begin_us = tracer->NowUs(); }));
+  }
   STRATA_RETURN_IF_ERROR(s.CopyAsync(dst, shard + lo, bytes, CopyKind::kDeviceToHost));
+  if (begin_us != nullptr) {
+    STRATA_RETURN_IF_ERROR(s.LaunchHostFunc([tracer, begin_us, bytes] {
+      const TraceArg args[] = {{"bytes", static_cast<double>(bytes)}};
+      tracer->Complete(tracer->Track("stream reduce d2h"), "gradient d2h", "copy", *begin_us,
+                       tracer->NowUs(), args);
+    }));
+  }
   if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
   copy_bytes_ += bytes;
   return Status::Ok();

@@ -77,6 +77,7 @@ struct Options {
   bool no_checksums = false;
   std::string trace;
   int64_t buffer_count = 4;
+  int64_t max_in_cpu = -1;
   int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section's defaults
 };
 
@@ -147,6 +148,7 @@ int Run(const Options& o) {
     so.clip = o.clip;
     so.checksums = !o.no_checksums;
     so.buffer_count = o.buffer_count;
+    so.max_in_cpu = o.max_in_cpu;
     so.aio_queue_depth = o.aio_queue_depth;
     so.aio_block_size = o.aio_block_size;
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
@@ -246,6 +248,10 @@ int main(int argc, char** argv) {
       "buffer-count", &o.buffer_count,
       "offload_optimizer.buffer_count: pinned sub-group buffers (reads ahead, writes in flight)", 1,
       64);
+  flags.Int("max-in-cpu", &o.max_in_cpu,
+            "offload_param.max_in_cpu in elements (-1: DeepSpeed's default, every parameter "
+            "kept in CPU memory; 0: every parameter read from NVMe at each use)",
+            -1, int64_t{1} << 40);
   flags.Int("aio-queue-depth", &o.aio_queue_depth, "aio.queue_depth (both engines and the sweep)",
             1, 1024);
   flags.Int("aio-block-size", &o.aio_block_size,

@@ -46,6 +46,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
   const int64_t module = LargestModuleNumel(o.model);
   json param = {{"device", s.param_device}};
   if (s.param_device == "nvme") param["nvme_path"] = swap_dir;
+  if (s.param_device == "nvme" && o.max_in_cpu >= 0) param["max_in_cpu"] = o.max_in_cpu;
   json zero = {{"stage", 3},
                {"sub_group_size", o.sub_group_size},
                {"overlap_comm", s.overlapped},
@@ -246,6 +247,7 @@ Result<json> RunSize(const SizeOptions& o) {
   json j;
   j["seq"] = o.seq;
   j["gradient_clipping"] = o.clip;
+  j["max_in_cpu"] = o.max_in_cpu;
   j["swap_checksums"] = o.checksums;
   j["batch"] = o.batch;
   j["param_device"] = param_note;

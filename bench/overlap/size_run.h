@@ -32,6 +32,9 @@ struct SizeOptions {
   bool verbose = true;       // progress lines on stderr
   std::string trace;         // strata.trace_path of the overlapped engine ("" = none)
   int64_t buffer_count = 4;  // offload_optimizer.buffer_count (pinned sub-group buffers)
+  // offload_param.max_in_cpu (elements of parameters kept in CPU memory; the rest are read from
+  // NVMe at each use); < 0: DeepSpeed's default (1e9: every parameter of this model).
+  int64_t max_in_cpu = -1;
   int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section
 };
 

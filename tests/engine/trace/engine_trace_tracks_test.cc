@@ -59,15 +59,19 @@ TEST(EngineTraceTracksTest, NvmeStepHasAioAndAdamWorkerTracksOverlappingTheOptim
   EXPECT_EQ(CurrentTracer(), nullptr) << "the engine's tracer uninstalls itself";
 
   const testing::ParsedTrace t = testing::ParseTrace(trace);
-  std::set<int> aio_tracks, adam_tracks;
+  std::set<int> aio_tracks, adam_tracks, d2h_tracks;
   for (const auto& [tid, name] : t.tracks) {
     if (name.starts_with("aio worker ")) aio_tracks.insert(tid);
     if (name.starts_with("adam worker ")) adam_tracks.insert(tid);
+    if (name == "stream reduce d2h") d2h_tracks.insert(tid);
   }
+  EXPECT_FALSE(d2h_tracks.empty()) << "no \"stream reduce d2h\" track (gradients to host)";
   EXPECT_FALSE(aio_tracks.empty()) << "no aio worker track";
   EXPECT_FALSE(adam_tracks.empty()) << "no adam worker track";
 
   std::vector<nlohmann::json> optimizer, aio, adam;
+  double d2h_bytes = 0;
+  size_t d2h_spans = 0;
   for (const nlohmann::json& e : t.spans) {
     EXPECT_GE(e.at("dur").get<double>(), 0.0) << e.dump();
     EXPECT_GE(e.at("ts").get<double>(), 0.0) << e.dump();
@@ -75,7 +79,17 @@ TEST(EngineTraceTracksTest, NvmeStepHasAioAndAdamWorkerTracksOverlappingTheOptim
     if (e.at("name") == "optimizer step (nvme)") optimizer.push_back(e);
     if (aio_tracks.contains(tid)) aio.push_back(e);
     if (adam_tracks.contains(tid)) adam.push_back(e);
+    if (d2h_tracks.contains(tid)) {  // one span per gradient copy, fp32 elements
+      EXPECT_EQ(e.at("name"), "gradient d2h");
+      const double bytes = e.at("args").at("bytes").get<double>();
+      EXPECT_GT(bytes, 0.0);
+      EXPECT_EQ(static_cast<uint64_t>(bytes) % sizeof(float), 0u) << e.dump();
+      d2h_bytes += bytes;
+      ++d2h_spans;
+    }
   }
+  EXPECT_GE(d2h_spans, 2u) << "gradient copies in both steps";
+  EXPECT_GT(d2h_bytes, 0.0);
   ASSERT_EQ(optimizer.size(), 2u) << "one optimizer span per step";
   ASSERT_FALSE(aio.empty());
   ASSERT_FALSE(adam.empty());
