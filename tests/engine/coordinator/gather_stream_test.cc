@@ -65,28 +65,15 @@ TEST(ParamCoordinatorStreamTest, GathersRunOnTheGatherStreamAndChangeNoBits) {
 // a non-persistent one at its module's forward and backward, a persistent one once, at the end of
 // the step (RegatherPersistent); the untied embedding at one rank as the rows its forward
 // touches, not for its backward (Note [Rows only]). Step 1 also carries the gathers of
-// initialisation, so the check starts at step 2.
-uint64_t ExpectedH2dBytesPerStep(const PrefetchOutcome& o, size_t step) {
+// initialisation, so the check starts at step 2. With `forward_only`, the forward's share
+// (StepBreakdown::forward_h2d_bytes): each non-persistent parameter once.
+uint64_t ExpectedH2dBytesPerStep(const PrefetchOutcome& o, size_t step, bool forward_only = false) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < o.shard_bytes.size(); ++i) {
     if (i == o.embedding) {
       bytes += o.embedding_rows[step] * o.embedding_row_bytes;
-    } else {
-      bytes += o.shard_bytes[i] * (o.persistent[i] ? 1 : 2);
-    }
-  }
-  return bytes;
-}
-
-// Of those, the forward's (StepBreakdown::forward_h2d_bytes): each non-persistent parameter once
-// (the embedding as its touched rows); the persistent ones are gathered in the step.
-uint64_t ExpectedForwardH2dBytes(const PrefetchOutcome& o, size_t step) {
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < o.shard_bytes.size(); ++i) {
-    if (i == o.embedding) {
-      bytes += o.embedding_rows[step] * o.embedding_row_bytes;
-    } else if (!o.persistent[i]) {
-      bytes += o.shard_bytes[i];
+    } else if (!forward_only || !o.persistent[i]) {
+      bytes += o.shard_bytes[i] * (o.persistent[i] || forward_only ? 1 : 2);
     }
   }
   return bytes;
@@ -104,7 +91,8 @@ TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   ASSERT_GT(got.embedding_rows[1], 0u);
   for (size_t k = 1; k < got.breakdowns.size(); ++k) {
     EXPECT_EQ(got.breakdowns[k].h2d_bytes, ExpectedH2dBytesPerStep(got, k)) << "step " << k + 1;
-    EXPECT_EQ(got.breakdowns[k].forward_h2d_bytes, ExpectedForwardH2dBytes(got, k))
+    EXPECT_EQ(got.breakdowns[k].forward_h2d_bytes,
+              ExpectedH2dBytesPerStep(got, k, /*forward_only=*/true))
         << "step " << k + 1;
     EXPECT_GT(got.breakdowns[k].h2d_ms, 0.0) << "step " << k + 1;
     EXPECT_EQ(got.breakdowns[k].nvme_read_bytes, 0u);
