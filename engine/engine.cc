@@ -10,9 +10,9 @@
 
 #include "core/units.h"
 #include "engine/engine_impl.h"
-#include "engine/memory_plan.h"
-#include "engine/partial_offload.h"
-#include "engine/zero3_shards.h"
+#include "engine/optim/partial_offload.h"
+#include "engine/plan/memory_plan.h"
+#include "engine/zero/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -135,7 +135,7 @@ Status Engine::Place(const EngineInit& init) {
   STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream(StreamOptions{.priority = -(1 << 16)}));
 
   // Full parameters and fp32 gradient slots, one flat device buffer each (stages 0-2; stage 3
-  // gathers parameters and makes gradient slots per module, engine/zero3_hooks.h).
+  // gathers parameters and makes gradient slots per module, engine/zero/zero3_hooks.h).
   const bool stage3 = z.stage == 3;
   size_t total = 0;
   for (size_t n : numels) {
@@ -196,7 +196,7 @@ Status Engine::Place(const EngineInit& init) {
     oo.pin_memory = z.offload_optimizer.pin_memory;
     im.hyperparams = oo.hyperparams;
     // Partial offload (ratio < 1): the first sub-groups step on the device, on their gradients
-    // in place in the device gradient partition (engine/partial_offload.h).
+    // in place in the device gradient partition (engine/optim/partial_offload.h).
     oo.device_numel = PartialOffloadSplit(z, im.sub_groups);
     // Stages 2-3 reduce the CPU sub-groups' gradients straight into host memory: the device
     // gradient partition is then only the device sub-groups' [0, split).
@@ -220,7 +220,7 @@ Status Engine::Place(const EngineInit& init) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
     im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;  // never NVMe: refused above
   } else {
-    if (im.grads_to_host) {  // engine/grad_reducer.h: Note [Reducing into host memory]
+    if (im.grads_to_host) {  // engine/zero/grad_reducer.h: Note [Reducing into host memory]
       im.host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->host_grad();
       im.host_grad_begin = opt_ != nullptr ? opt_->device_numel() : 0;
     } else if (im.grad_partition_dev == nullptr) {

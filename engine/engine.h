@@ -11,7 +11,7 @@
 // must be built without storage of its own (e.g. LlamaModelOptions::allocate_parameters =
 // false): the engine places every parameter and gradient.
 //
-// What lives where (world = data-parallel ranks; the partition is engine/partition.h's):
+// What lives where (world = data-parallel ranks; the partition is engine/base/partition.h's):
 //   stage 0   every rank: full compute params + fp32 grads on the device, the whole fp32 master
 //             and optimizer state; gradients all-reduced at the boundary.
 //   stage 1   as 0, but master + optimizer state are this rank's partition only; updated
@@ -21,19 +21,19 @@
 //   offload_optimizer.device = cpu: master + moments + fp32 gradient partition in pinned CPU
 //             memory; the partition's gradients go D2H once per step (stage 1; stages 2-3 add
 //             each reduced shard straight into the pinned partition, with no device gradient
-//             partition: engine/grad_reducer.h), CPU Adam updates it, and the compute-dtype
+//             partition: engine/zero/grad_reducer.h), CPU Adam updates it, and the compute-dtype
 //             result goes H2D once.
 //   stage 3   as 2, but between uses only this rank's compute-dtype shard of each parameter
 //             lives (device, or pinned CPU with offload_param.device = cpu); module hooks
-//             (engine/zero3_hooks.h) gather a module's parameters around its forward/backward
+//             (engine/zero/zero3_hooks.h) gather a module's parameters around its forward/backward
 //             and release them after, and its gradient slots exist only until reduced.
 //   overlap_comm (stages 2-3): reduce-scatters run on a comm stream, bucketed by
-//             reduce_bucket_size (engine/grad_reducer.h); bitwise the same results.
+//             reduce_bucket_size (engine/zero/grad_reducer.h); bitwise the same results.
 //   offload_optimizer.device = nvme (stages 1-3): master + moments on NVMe per sub-group
-//             (engine/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
+//             (engine/optim/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
 //             gradient partition in pinned CPU memory, as for cpu.
 //   offload_param.device = nvme (stage 3, with offload_optimizer cpu or nvme): each parameter
-//             shard on NVMe through swap/ParamSwapper (engine/param_store.h), read into pinned
+//             shard on NVMe through swap/ParamSwapper (engine/zero/param_store.h), read into pinned
 //             swap buffers when gathered; the updated shards are staged in pinned CPU memory and
 //             written back after the step.
 //
@@ -54,14 +54,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/base/partition.h"
+#include "engine/base/step_breakdown.h"
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
-#include "engine/loss_scaler.h"
-#include "engine/lr_schedule.h"
-#include "engine/optimizer_state.h"
-#include "engine/partition.h"
-#include "engine/step_breakdown.h"
-#include "nn/causal_lm.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/optim/optimizer_state.h"
+#include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 #include "offload/tier_budget.h"
 
@@ -93,9 +93,9 @@ struct EngineStats {
   uint64_t device_bytes = 0;
   uint64_t cpu_bytes = 0;
   uint64_t device_peak_bytes = 0;
-  // Stage 3's ParamCoordinator (engine/param_coordinator.h), since Initialize: modules that found
-  // their parameters gathered ahead (or kept) / had to gather them, bytes gathered ahead, trace
-  // invalidations, shard bytes whose NVMe read it started ahead; and the most non-persistent
+  // Stage 3's ParamCoordinator (engine/zero/param_coordinator.h), since Initialize: modules that
+  // found their parameters gathered ahead (or kept) / had to gather them, bytes gathered ahead,
+  // trace invalidations, shard bytes whose NVMe read it started ahead; and the most non-persistent
   // parameter elements gathered at once.
   uint64_t prefetch_hits = 0, prefetch_misses = 0, prefetch_bytes = 0, trace_invalidations = 0;
   uint64_t prefetch_read_bytes = 0;
@@ -107,8 +107,8 @@ class Engine {
   // Places the model's parameters, builds the optimizer state and initialises both. Errors:
   // InvalidArgument for a config it cannot honour with this model (naming the key),
   // Unimplemented for placements not built yet,
-  // OutOfMemory naming the tier (the memory plan of engine/memory_plan.h is checked against the
-  // device's free memory and the CPU budget first: the error carries the per-tier table).
+  // OutOfMemory naming the tier (the memory plan of engine/plan/memory_plan.h is checked against
+  // the device's free memory and the CPU budget first: the error carries the per-tier table).
   static Result<std::unique_ptr<Engine>> Initialize(nn::CausalLM& model, const Config& config,
                                                     Communicator& comm, Device& device,
                                                     const EngineInit& init);
@@ -138,7 +138,7 @@ class Engine {
   // partitioned); all ranks must call it together. For tests and export.
   Status GatherMasterParameter(size_t index, std::span<float> out);
 
-  // Checkpoints (engine/checkpoint.h has the on-disk format). All ranks call together.
+  // Checkpoints (engine/checkpoint/checkpoint.h has the on-disk format). All ranks call together.
   // SaveCheckpoint writes this rank's shard (master params, optimizer moments, loss scaler,
   // step counters) and, on rank 0, the manifest and `client_state` (a JSON object the caller
   // owns: data position, RNG); each file goes to a temporary name, is fsynced and renamed, and
@@ -155,13 +155,13 @@ class Engine {
   Status SyncParametersFromMaster();
 
   // Where the last optimizer step's time went (forward and backward of its micro-batches, the
-  // step and its parts: copies, collectives, NVMe waits, Adam), engine/step_breakdown.h.
+  // step and its parts: copies, collectives, NVMe waits, Adam), engine/base/step_breakdown.h.
   const StepBreakdown& last_breakdown() const;
   // Writes the spans recorded so far to strata.trace_path (Ok, nothing written, when unset).
   Status FlushTrace();
 
-  // strata.overlap_step (engine/step_overlap.h): optimizer sub-groups updated during the boundary
-  // backward so far (cumulative, including updates later rolled back; may be read from any
+  // strata.overlap_step (engine/optim/step_overlap.h): optimizer sub-groups updated during the
+  // boundary backward so far (cumulative, including updates later rolled back; may be read from any
   // thread while a backward runs), and of those the ones finished before Backward returned.
   int64_t overlapped_sub_groups() const;
   int64_t early_sub_groups() const;

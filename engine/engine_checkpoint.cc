@@ -1,5 +1,5 @@
 // Engine::SaveCheckpoint / LoadCheckpoint: this rank's partition to and from the files of
-// engine/checkpoint.h, the ranks agreeing at each phase so that all succeed or all fail.
+// engine/checkpoint/checkpoint.h, the ranks agreeing at each phase so that all succeed or all fail.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 

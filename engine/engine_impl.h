@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "core/units.h"
+#include "engine/base/step_breakdown.h"
+#include "engine/base/trace.h"
 #include "engine/engine.h"
-#include "engine/grad_reducer.h"
-#include "engine/optimizer_nvme.h"
-#include "engine/param_store.h"
-#include "engine/step_breakdown.h"
-#include "engine/step_overlap.h"
-#include "engine/trace.h"
-#include "engine/zero3_hooks.h"
+#include "engine/optim/optimizer_nvme.h"
+#include "engine/optim/step_overlap.h"
+#include "engine/zero/grad_reducer.h"
+#include "engine/zero/param_store.h"
+#include "engine/zero/zero3_hooks.h"
 #include "offload/pinned_pool.h"
 
 namespace strata {
@@ -27,7 +27,7 @@ struct Engine::Impl {
   int compute_track = 0;  // the tracer's "stream compute" track
   // offload_optimizer.device = nvme: the optimizer state (the engine's opt_ is then null).
   std::unique_ptr<NvmeOptimizerState> nvme_opt;
-  // strata.overlap_step (engine/step_overlap.h; engine_overlap.cc): null when off. Uses the
+  // strata.overlap_step (engine/optim/step_overlap.h; engine_overlap.cc): null when off. Uses the
   // optimizer state, so it goes first (Release).
   std::unique_ptr<StepOverlap> overlap;
   // The optimizer steps on the host (cpu tier or nvme): gradients go D2H, params H2D.

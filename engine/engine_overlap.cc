@@ -1,5 +1,5 @@
-// strata.overlap_step: the engine's side of engine/step_overlap.h — which runs overlap, and the
-// step arguments the boundary backward's early updates use (the expressions ApplyStep uses, so
+// strata.overlap_step: the engine's side of engine/optim/step_overlap.h — which runs overlap, and
+// the step arguments the boundary backward's early updates use (the expressions ApplyStep uses, so
 // the same floats).
 #include <algorithm>
 #include <utility>

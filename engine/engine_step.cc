@@ -7,7 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
-#include "engine/zero3_shards.h"
+#include "engine/zero/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -122,7 +122,7 @@ Status Engine::ApplyStep() {
   double t = NowMs();
   if (im.overlap != nullptr && im.overlap->active()) {
     // strata.overlap_step: the ready sub-groups crossed (and stepped) during backward; waits for
-    // them and copies the rest (engine/step_overlap.h).
+    // them and copies the rest (engine/optim/step_overlap.h).
     TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
     STRATA_RETURN_IF_ERROR(im.overlap->Finish(im.compute, &b));
   } else if (im.host_opt && !im.grads_to_host) {  // the gradient partition crosses the link once
@@ -232,7 +232,7 @@ Status Engine::ApplyStep() {
 
 Status Engine::ZeroGradients() {
   Impl& im = *impl_;
-  // Note [Copy first] (engine/grad_reducer.cc): the next backward overwrites the host part.
+  // Note [Copy first] (engine/zero/grad_reducer.cc): the next backward overwrites the host part.
   const bool stale = im.host_grad_copy_first && im.reducer != nullptr;
   if (im.nvme_opt != nullptr) {
     im.nvme_opt->ZeroGrad(!stale);

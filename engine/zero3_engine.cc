@@ -41,7 +41,7 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   ho.store = store.get();
   ho.persistence_threshold = z.param_persistence_threshold;
   ho.reducer = reducer.get();
-  if (z.stage == 3) {  // the bounds engine/memory_plan.cc counts for stage 3
+  if (z.stage == 3) {  // the bounds engine/plan/memory_plan.cc counts for stage 3
     const uint64_t cb = DTypeBytes(dtype);
     uint64_t persistent = 0, largest = 0;
     for (const nn::Parameter* p : params) {

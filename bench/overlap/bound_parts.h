@@ -16,7 +16,7 @@
 #include "cpu_adam/cpu_optimizer.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
-#include "nn/causal_lm.h"
+#include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 
 namespace strata::bench {

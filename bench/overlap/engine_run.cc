@@ -9,7 +9,7 @@
 #include "engine/comm/registry.h"
 #include "models/llama/llama_init.h"
 #include "offload/device/registry.h"
-#include "tools/strata/cmd_train_memory.h"
+#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::bench {
 

@@ -12,7 +12,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
-#include "engine/memory_plan.h"
+#include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
 #include "offload/device/device.h"

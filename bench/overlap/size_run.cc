@@ -10,7 +10,7 @@
 #include "bench/overlap/bound_parts.h"
 #include "bench/overlap/engine_run.h"
 #include "bench/overlap/phase_floor.h"
-#include "tools/strata/cmd_train_memory.h"
+#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::bench {
 namespace {

@@ -19,7 +19,7 @@
 // only max_in_cpu elements of bf16 shards stay in RAM; with the optimizer offloaded the reduced
 // gradients go straight to the pinned partition (no device fp32 gradient partition).
 //
-// Before placing anything it plans the run (engine/memory_plan.h) and checks the swap
+// Before placing anything it plans the run (engine/plan/memory_plan.h) and checks the swap
 // directory's free space (statvfs) against the planned NVMe bytes + 10% + 1 GiB: if short it says
 // what it needs and exits 2. Prints per step the loss and the breakdown; at the end the losses,
 // peak RSS vs the budget, the NVMe bytes per step measured vs planned. Removes its swap files.
@@ -39,7 +39,7 @@
 
 #include "bench/overlap/engine_run.h"
 #include "core/flags.h"
-#include "tools/strata/cmd_train_memory.h"
+#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::bench {
 namespace {

@@ -27,7 +27,7 @@
 
 #include "core/flags.h"
 #include "models/llama/llama_model.h"
-#include "nn/op_registry.h"
+#include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"
 
 namespace strata {

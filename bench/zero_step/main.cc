@@ -41,7 +41,7 @@
 #include "bench/zero_step/variants.h"
 #include "core/flags.h"
 #include "models/llama/llama_config.h"
-#include "nn/op_registry.h"
+#include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"
 
 namespace strata::bench {

@@ -12,8 +12,8 @@
 #include "engine/config/config.h"
 #include "models/llama/llama_init.h"
 #include "models/llama/llama_model.h"
-#include "nn/op_registry.h"
-#include "nn/parameter.h"
+#include "nn/ops/op_registry.h"
+#include "nn/tensor/parameter.h"
 #include "offload/device/kernels.h"
 
 namespace strata::bench {

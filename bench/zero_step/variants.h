@@ -16,7 +16,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
 #include "models/llama/llama_config.h"
-#include "nn/causal_lm.h"
+#include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 
 namespace strata::bench {

@@ -35,7 +35,7 @@ struct StrataConfig {
   // Chrome trace of the run's spans; "" = off.
   std::string trace_path;
   // Start offloaded sub-groups' optimizer steps during the boundary backward
-  // (engine/step_overlap.h).
+  // (engine/optim/step_overlap.h).
   bool overlap_step = true;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;

@@ -385,7 +385,7 @@ void ReadZero(const Section& top, ZeroConfig* out) {
   }
   if (oo.ratio > 0.0 && oo.ratio < 1.0) {
     // DeepSpeed takes it at stage 3 only; Strata splits the optimizer state by sub-group the
-    // same way at stages 1-3 (engine/partial_offload.h).
+    // same way at stages 1-3 (engine/optim/partial_offload.h).
     if (out->stage != 3 && oo.device == OffloadDevice::kCpu) {
       ctx->Warning("zero_optimization.offload_optimizer.ratio",
                    "< 1 at stage " + std::to_string(out->stage) +

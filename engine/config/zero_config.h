@@ -39,7 +39,7 @@ struct OffloadOptimizerConfig {
   bool pipeline_write = false;
   bool fast_init = false;
   // Fraction of the optimizer state stepped on the CPU, in (0, 1]: the last sub-groups (stages
-  // 1-3 with device cpu; engine/partial_offload.h).
+  // 1-3 with device cpu; engine/optim/partial_offload.h).
   double ratio = 1.0;
 };
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <utility>
 
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 
 namespace strata::llama {
 namespace {

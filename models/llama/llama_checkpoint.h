@@ -19,7 +19,7 @@
 #include "core/status.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
-#include "nn/parameter.h"
+#include "nn/tensor/parameter.h"
 #include "offload/device/stream.h"
 
 namespace strata::llama {

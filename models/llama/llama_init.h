@@ -9,7 +9,7 @@
 #include <span>
 
 #include "core/status.h"
-#include "nn/parameter.h"
+#include "nn/tensor/parameter.h"
 
 namespace strata::llama {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "nn/ops.h"
+#include "nn/ops/ops.h"
 #include "offload/device/kernels.h"
 
 namespace strata::llama {

@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "models/llama/llama_config.h"
-#include "nn/device_buffer.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/module_list.h"
-#include "nn/ops.h"
-#include "nn/rms_norm.h"
+#include "nn/modules/embedding.h"
+#include "nn/modules/linear.h"
+#include "nn/modules/module_list.h"
+#include "nn/modules/rms_norm.h"
+#include "nn/ops/ops.h"
+#include "nn/tensor/device_buffer.h"
 
 namespace strata::llama {
 

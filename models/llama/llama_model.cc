@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "models/llama/llama_layers.h"
-#include "nn/device_buffer.h"
-#include "nn/ops.h"
-#include "nn/parameter_storage.h"
-#include "nn/pinned_stash.h"
+#include "nn/ops/ops.h"
+#include "nn/tensor/device_buffer.h"
+#include "nn/tensor/parameter_storage.h"
+#include "nn/tensor/pinned_stash.h"
 #include "offload/device/kernels.h"
 
 namespace strata::llama {

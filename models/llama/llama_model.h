@@ -37,9 +37,9 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "models/llama/llama_config.h"
-#include "nn/causal_lm.h"
-#include "nn/linear.h"
-#include "nn/parameter.h"
+#include "nn/modules/causal_lm.h"
+#include "nn/modules/linear.h"
+#include "nn/tensor/parameter.h"
 #include "offload/device/device.h"
 
 namespace strata::llama {

@@ -4,7 +4,7 @@
 // or label found on the GPU into the stream's error with the host backend's message.
 //
 // Note [CUDA op errors]
-// Arguments were checked by nn/ops.cc. A failed launch or cuBLAS call returns its error at once
+// Arguments were checked by nn/ops/ops.cc. A failed launch or cuBLAS call returns its error at once
 // from the op (nothing was enqueued after it). Indices live in device memory, so they are checked
 // on the GPU: a one-block kernel finds the first bad one and writes it to a slot of mapped pinned
 // memory; a host function enqueued after the op reads the slot and, if it holds one, fails the

@@ -3,7 +3,7 @@
 // table share it: streams are cudaStream_t passed as void*, results are cudaError_t as int
 // (0 = cudaSuccess, the launch's own error; execution errors surface at the next sync).
 //
-// Arguments were checked by nn/ops.cc; the math and its argument meanings are those of the host
+// Arguments were checked by nn/ops/ops.cc; the math and its argument meanings are those of the host
 // kernels (nn/host/), which are the reference. Indices (token ids, positions, labels) are NOT
 // trusted: a kernel skips a row whose index is out of range (writing zeros where it would write a
 // result) and LaunchCheckIndices reports the first such index to the host.

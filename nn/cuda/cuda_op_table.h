@@ -1,5 +1,5 @@
 // The CUDA backend of the nn op set: the OpTable registered for DeviceKind::kCuda by
-// nn/op_registry.cc (the one place that knows whether CUDA is built). CUDA-free header.
+// nn/ops/op_registry.cc (the one place that knows whether CUDA is built). CUDA-free header.
 //
 // Every op is enqueued on the op's stream (its cudaStream_t, from CudaNativeStreamOf): GEMMs in
 // cuBLAS with fp32 compute, everything else in the kernels of nn/cuda/*.cu. The host backend
@@ -8,7 +8,7 @@
 // by this backend: it would need an event pair per op.
 #pragma once
 
-#include "nn/op_registry.h"
+#include "nn/ops/op_registry.h"
 
 namespace strata::nn::internal {
 

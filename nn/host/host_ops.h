@@ -6,14 +6,14 @@
 // synchronously when called directly (tests of internals, benchmarks).
 #pragma once
 
-#include "nn/op_registry.h"
-#include "nn/ops.h"
+#include "nn/ops/op_registry.h"
+#include "nn/ops/ops.h"
 
 namespace strata::nn::internal {
 
 const OpTable& HostOpTable();
 
-// Synchronous kernels (argument checks done by nn/ops.cc).
+// Synchronous kernels (argument checks done by nn/ops/ops.cc).
 Status HostGemm(const GemmArgs& a);
 // Row-major fp32 C = alpha op(A) op(B) + beta C, C [m, n], as cblas_sgemm, in panels (Note [GEMM
 // panels]): every host GEMM goes through it.

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -25,7 +25,7 @@
 #include "models/llama/llama_checkpoint.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -1,6 +1,6 @@
-// Fresh gradient slots (nn/parameter.h: Note [Fresh gradient slots]): a slot handed over fresh
-// holds garbage (NaN here) and the first backward writes it; the gradients equal, bit for bit,
-// those accumulated into a zeroed slot, for every module that writes a parameter gradient
+// Fresh gradient slots (nn/tensor/parameter.h: Note [Fresh gradient slots]): a slot handed over
+// fresh holds garbage (NaN here) and the first backward writes it; the gradients equal, bit for
+// bit, those accumulated into a zeroed slot, for every module that writes a parameter gradient
 // (Linear with fp32 and bf16 slots, RmsNorm, Embedding with a repeated id), and the second
 // backward adds. Linear's dW is also checked against a double-precision dy^T x.
 #include <gmock/gmock.h>
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/parameter_storage.h"
-#include "nn/rms_norm.h"
+#include "nn/modules/embedding.h"
+#include "nn/modules/linear.h"
+#include "nn/modules/rms_norm.h"
+#include "nn/tensor/parameter_storage.h"
 #include "offload/device/kernels.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "core/half.h"
-#include "nn/linear.h"
-#include "nn/module_list.h"
-#include "nn/parameter_storage.h"
-#include "nn/pinned_stash.h"
-#include "nn/rms_norm.h"
+#include "nn/modules/linear.h"
+#include "nn/modules/module_list.h"
+#include "nn/modules/rms_norm.h"
+#include "nn/tensor/parameter_storage.h"
+#include "nn/tensor/pinned_stash.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/half.h"
-#include "nn/op_registry.h"
-#include "nn/ops.h"
+#include "nn/ops/op_registry.h"
+#include "nn/ops/ops.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/half.h"
-#include "nn/op_registry.h"
-#include "nn/ops.h"
+#include "nn/ops/op_registry.h"
+#include "nn/ops/ops.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"
 

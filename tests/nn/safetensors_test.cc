@@ -1,6 +1,6 @@
 // safetensors: round trips, sharded checkpoints, conversions, and every corruption case the
 // reader must refuse (each error naming the file and, where one is at fault, the tensor).
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 
 #include <cstring>
 #include <filesystem>

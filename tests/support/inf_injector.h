@@ -1,15 +1,15 @@
 // InfInjector: module hooks that, while armed, put +Inf in the first element of a parameter's
 // gradient slot (`target`, or the hooked Linear's weight if null) before its module's backward, so
-// the backward adds into it and the step sees an fp16 overflow. A fresh slot (nn/parameter.h: Note
-// [Fresh gradient slots]) is zeroed first, as any writer into a slot before the module's own
-// backward must.
+// the backward adds into it and the step sees an fp16 overflow. A fresh slot
+// (nn/tensor/parameter.h: Note [Fresh gradient slots]) is zeroed first, as any writer into a slot
+// before the module's own backward must.
 #pragma once
 
 #include <limits>
 
-#include "nn/linear.h"
-#include "nn/module.h"
-#include "nn/parameter.h"
+#include "nn/modules/linear.h"
+#include "nn/modules/module.h"
+#include "nn/tensor/parameter.h"
 #include "offload/device/kernels.h"
 
 namespace strata::testing {

@@ -1,7 +1,7 @@
 // `strata estimate`: will a model fit, and with which config? Per-rank bytes on each tier
 // (device, pinned CPU, pageable CPU, NVMe) for ZeRO stages 0-3 x offload none/cpu/nvme, from the
-// engine's own memory plan (engine/memory_plan.h), checked against the machine (by default this
-// one), with each placement's step traffic; --emit-config prints the fitting config with the
+// engine's own memory plan (engine/plan/memory_plan.h), checked against the machine (by default
+// this one), with each placement's step traffic; --emit-config prints the fitting config with the
 // least traffic as a DeepSpeed JSON. docs/estimate.md has the formulas.
 // Exit 0 ok, 1 --emit-config found nothing that fits, 2 bad usage or invalid input.
 #include <sys/statvfs.h>
@@ -19,10 +19,10 @@
 #include "core/flags.h"
 #include "core/units.h"
 #include "engine/config/config.h"
-#include "engine/memory_plan.h"
+#include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
-#include "tools/strata/cmd_train_memory.h"
 #include "tools/strata/subcommand.h"
+#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::cli {
 namespace {

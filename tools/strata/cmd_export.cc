@@ -9,7 +9,7 @@
 
 #include "core/flags.h"
 #include "models/llama/llama_config.h"
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 #include "tools/strata/subcommand.h"
 
 namespace strata::cli {

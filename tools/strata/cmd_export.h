@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 
 namespace strata::cli {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <tuple>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"

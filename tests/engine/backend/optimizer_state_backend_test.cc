@@ -10,7 +10,7 @@
 #include <limits>
 #include <random>
 
-#include "engine/optimizer_state.h"
+#include "engine/optim/optimizer_state.h"
 #include "offload/device/registry.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/support/status_matchers.h"

@@ -10,7 +10,7 @@
 
 #include "core/half.h"
 #include "models/llama/llama_checkpoint.h"
-#include "nn/safetensors.h"
+#include "nn/io/safetensors.h"
 #include "tests/engine/checkpoint/checkpoint_test_util.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

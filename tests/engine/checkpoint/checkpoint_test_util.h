@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "tests/engine/train/engine_fixture.h"
 
 namespace strata::testing {

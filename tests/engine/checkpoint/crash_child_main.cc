@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "tests/engine/checkpoint/checkpoint_test_util.h"
 
 namespace {

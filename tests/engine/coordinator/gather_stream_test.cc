@@ -107,9 +107,9 @@ TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   }
 }
 
-// Note [Next fresh gather] in engine/param_coordinator.cc: with settings like bench/overlap's (a
-// bucket of about the largest module, max_live two buckets) the room rule alone released the last
-// layer's parameters after their forward and gathered them again for the backward right after;
+// Note [Next fresh gather] in engine/zero/param_coordinator.cc: with settings like bench/overlap's
+// (a bucket of about the largest module, max_live two buckets) the room rule alone released the
+// last layer's parameters after their forward and gathered them again for the backward right after;
 // now the parameters whose next use comes before any fresh gather stay, so a replayed step moves
 // fewer bytes than one fetch per forward and per backward use.
 TEST(ParamCoordinatorTrafficTest, TheLastLayerIsKeptAcrossTheTurnToBackward) {

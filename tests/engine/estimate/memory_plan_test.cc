@@ -2,7 +2,7 @@
 // trained for one step in several placements on the host-emulated device, the device allocator's
 // peak and the TierBudget's pinned-CPU peak compared with the plan (issue #16: within 10%). And
 // the plan's own arithmetic, formatting and fit check.
-#include "engine/memory_plan.h"
+#include "engine/plan/memory_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include "models/llama/llama_model.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
-#include "tools/strata/cmd_train_memory.h"
+#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata {
 namespace {
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"cpu\"}",
              "bf16"},
-        // Parameter shards on NVMe (engine/param_store_nvme.cc), cycled through two buffers.
+        // Parameter shards on NVMe (engine/zero/param_store_nvme.cc), cycled through two buffers.
         Case{"tiny",
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"nvme\", \"nvme_path\": \"memory-plan-param-nvme\", "

@@ -1,11 +1,11 @@
 // Stages 2-3 with the optimizer offloaded (cpu / nvme) reduce each parameter's shard straight into
-// the pinned host gradient partition (engine/grad_reducer.h: Note [Reducing into host memory]),
-// with no device fp32 gradient partition for the host part. A tiny Llama trained 3 steps at stage
-// 2/3 x cpu/nvme x fp32/bf16 x gradient_accumulation 1/2 x ratio 1/0.5 (cpu) ends with the bits of
-// the optimizer on the device (stage 0 and stage 2/3 with offload none), through the overlapped
-// and the serial step, with overlap_comm on and off; the device bytes drop by 16 B (not 12 B) per
-// host-partition element against the optimizer on the device, the D2H bytes are each micro-batch's
-// reduced host shards, and the memory plan moves by the same bytes.
+// the pinned host gradient partition (engine/zero/grad_reducer.h: Note [Reducing into host
+// memory]), with no device fp32 gradient partition for the host part. A tiny Llama trained 3 steps
+// at stage 2/3 x cpu/nvme x fp32/bf16 x gradient_accumulation 1/2 x ratio 1/0.5 (cpu) ends with the
+// bits of the optimizer on the device (stage 0 and stage 2/3 with offload none), through the
+// overlapped and the serial step, with overlap_comm on and off; the device bytes drop by 16 B (not
+// 12 B) per host-partition element against the optimizer on the device, the D2H bytes are each
+// micro-batch's reduced host shards, and the memory plan moves by the same bytes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,9 +16,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/grad_reducer.h"
-#include "engine/memory_plan.h"
-#include "engine/partial_offload.h"
+#include "engine/optim/partial_offload.h"
+#include "engine/plan/memory_plan.h"
+#include "engine/zero/grad_reducer.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -1,5 +1,5 @@
-// GradReducer (engine/grad_reducer.h) into a host partition. The flush hint: a parameter the hint
-// names reduces the queued bucket at once, the others wait for the bucket to fill; the host
+// GradReducer (engine/zero/grad_reducer.h) into a host partition. The flush hint: a parameter the
+// hint names reduces the queued bucket at once, the others wait for the bucket to fill; the host
 // partition gets the same sums either way (a plain float reference: one += per parameter). On one
 // rank (nothing to communicate) every slot is reduced as soon as it is ready, whatever the bucket
 // size, unless the options ask for buckets there too (the hint test does). A stale
@@ -16,9 +16,9 @@
 #include <random>
 #include <vector>
 
+#include "engine/base/partition.h"
 #include "engine/comm/local_communicator.h"
-#include "engine/grad_reducer.h"
-#include "engine/partition.h"
+#include "engine/zero/grad_reducer.h"
 #include "offload/device/host/host_device.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/optimizer_nvme.h"
-#include "engine/optimizer_state.h"
+#include "engine/optim/optimizer_nvme.h"
+#include "engine/optim/optimizer_state.h"
 #include "tests/support/test_util.h"
 
 namespace strata::nvme_test {

@@ -11,8 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optimizer_nvme.h"
-#include "engine/optimizer_state.h"
+#include "engine/optim/optimizer_nvme.h"
+#include "engine/optim/optimizer_state.h"
 #include "tests/aio/faulty_engine.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -1,9 +1,10 @@
-// NvmeOptimizerState's slots by size (Note [Slots by size] in engine/optimizer_nvme_async.cc):
-// the swapper's buffers are one region in which each sub-group's state takes its own size, so a
-// large sub-group and several small ones are read ahead together where one state per buffer held
-// only buffer_count of them; states placed in every order keep the bits of OptimizerState on the
-// CPU tier; and read-ahead copies in the way of a larger state are dropped (or, kept, given up
-// once nothing is in flight) and read again, with the same bits.
+// NvmeOptimizerState's slots by size (Note [Slots by size] in
+// engine/optim/optimizer_nvme_async.cc): the swapper's buffers are one region in which each
+// sub-group's state takes its own size, so a large sub-group and several small ones are read ahead
+// together where one state per buffer held only buffer_count of them; states placed in every order
+// keep the bits of OptimizerState on the CPU tier; and read-ahead copies in the way of a larger
+// state are dropped (or, kept, given up once nothing is in flight) and read again, with the same
+// bits.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -16,8 +17,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optimizer_nvme.h"
-#include "engine/optimizer_state.h"
+#include "engine/optim/optimizer_nvme.h"
+#include "engine/optim/optimizer_state.h"
 #include "tests/engine/nvme/nvme_state_helpers.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
@@ -130,8 +131,9 @@ TEST_F(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes)
 }
 
 // The worker's non-blocking look at the I/O (Note [Ready and resident first] in
-// engine/step_overlap.cc): WaitOldestIo(false) never waits, and says true once the oldest I/O has
-// completed (or none is in flight); Resident(i) is true exactly when AcquireState(i) reads nothing.
+// engine/optim/step_overlap.cc): WaitOldestIo(false) never waits, and says true once the oldest I/O
+// has completed (or none is in flight); Resident(i) is true exactly when AcquireState(i) reads
+// nothing.
 TEST_F(NvmeSlotsBySizeTest, ResidentAndTheNonBlockingWaitFollowTheReadsInFlight) {
   ASSERT_NO_FATAL_FAILURE(Start(2, true, 5));
   ASSERT_THAT(s_->PrepareSubGroupSteps(), IsOk());
@@ -169,8 +171,8 @@ TEST_F(NvmeSlotsBySizeTest, ResidentAndTheNonBlockingWaitFollowTheReadsInFlight)
   EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
 
-// Write-back (Note [Write-back] in engine/optimizer_nvme_async.cc): with buffers for every state,
-// the steps after the first read nothing and write nothing - the updated states stay in the
+// Write-back (Note [Write-back] in engine/optim/optimizer_nvme_async.cc): with buffers for every
+// state, the steps after the first read nothing and write nothing - the updated states stay in the
 // buffers, dirty - until a drain writes them, after which NVMe holds the CPU tier's bits.
 TEST_F(NvmeSlotsBySizeTest, WriteBackLeavesUpdatedStatesInTheBuffersUntilADrain) {
   ASSERT_NO_FATAL_FAILURE(Start(2, true, 11));

@@ -1,7 +1,7 @@
 // NvmeOptimizerState against OptimizerState on Tier::kCpu ("same math, any placement"): the same
 // partition, sub-groups and hyperparameters give bitwise the same master, moments and
 // compute-dtype copy-out, whatever the pipelining; and the swap path's failures name their file.
-#include "engine/optimizer_nvme.h"
+#include "engine/optim/optimizer_nvme.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optimizer_state.h"
-#include "engine/trace.h"
+#include "engine/base/trace.h"
+#include "engine/optim/optimizer_state.h"
 #include "tests/aio/faulty_engine.h"
 #include "tests/support/aio_or_skip.h"
 #include "tests/support/status_matchers.h"

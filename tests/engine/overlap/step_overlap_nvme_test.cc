@@ -1,7 +1,7 @@
 // strata.overlap_step with the optimizer on NVMe: the read-ahead from the boundary micro-batch's
 // Forward, writes left in flight past the step (deferred) and drained by a checkpoint, and a
 // deferred write's error failing the call that drains it, Engine::Synchronize
-// (engine/step_overlap.h, engine/optimizer_nvme.h).
+// (engine/optim/step_overlap.h, engine/optim/optimizer_nvme.h).
 #include <atomic>
 #include <chrono>
 #include <functional>

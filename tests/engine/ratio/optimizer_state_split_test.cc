@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/optimizer_state.h"
-#include "engine/partial_offload.h"
+#include "engine/optim/optimizer_state.h"
+#include "engine/optim/partial_offload.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/support/status_matchers.h"
 

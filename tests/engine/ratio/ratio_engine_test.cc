@@ -14,8 +14,8 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/memory_plan.h"
-#include "engine/partial_offload.h"
+#include "engine/optim/partial_offload.h"
+#include "engine/plan/memory_plan.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
@@ -162,7 +162,7 @@ TEST_P(PartialOffloadTest, MovesTheStateBytesByTheSplit) {
   // it is 4 B more); master + moments + gradient of the rest pinned.
   const EngineStats& p = part->engine->stats();
   const EngineStats& f = full->engine->stats();
-  const size_t grad_dev = stage >= 2 ? 4 * split : 0;  // engine/grad_reducer.h
+  const size_t grad_dev = stage >= 2 ? 4 * split : 0;  // engine/zero/grad_reducer.h
   EXPECT_EQ(p.device_bytes - f.device_bytes, 12 * split + grad_dev);
   EXPECT_EQ(f.cpu_bytes - p.cpu_bytes, 16 * split);
 

@@ -1,5 +1,5 @@
 // StepBreakdown: sums field-wise, prints the parts that are not zero, and its JSON has them all.
-#include "engine/step_breakdown.h"
+#include "engine/base/step_breakdown.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

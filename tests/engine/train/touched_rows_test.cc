@@ -1,7 +1,7 @@
 // Stage 3 at one rank moves only the embedding rows a batch touches (Note [Rows only] in
-// engine/zero3_hooks.cc, Note [Rows to host] in engine/grad_reducer.cc): the forward gathers
-// those rows, the backward gathers nothing for the embedding, and its gradient leaves the device
-// as those rows. Counted exactly here from the step breakdown's bytes; that the values stay
+// engine/zero/zero3_hooks.cc, Note [Rows to host] in engine/zero/grad_reducer.cc): the forward
+// gathers those rows, the backward gathers nothing for the embedding, and its gradient leaves the
+// device as those rows. Counted exactly here from the step breakdown's bytes; that the values stay
 // bitwise those of stage 0 is the same-math matrix's (same_math_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

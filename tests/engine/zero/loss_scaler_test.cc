@@ -1,4 +1,4 @@
-#include "engine/loss_scaler.h"
+#include "engine/optim/loss_scaler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

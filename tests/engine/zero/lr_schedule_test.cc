@@ -1,5 +1,5 @@
 // LR schedules checked at points where DeepSpeed's formulas give closed-form values.
-#include "engine/lr_schedule.h"
+#include "engine/optim/lr_schedule.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

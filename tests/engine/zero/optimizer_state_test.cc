@@ -1,4 +1,4 @@
-#include "engine/optimizer_state.h"
+#include "engine/optim/optimizer_state.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "engine/partition.h"
+#include "engine/base/partition.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,0 +1,528 @@
+#include "engine/optim/optimizer_nvme.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include "core/units.h"
+#include "engine/base/trace.h"
+#include "offload/device/optimizer_kernels.h"
+
+namespace strata {
+namespace {
+
+constexpr char kPathKey[] = "zero_optimization.offload_optimizer.nvme_path";
+
+size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
+
+}  // namespace
+
+Result<NvmeOptimizerStateOptions> NvmeOptimizerStateOptionsFromConfig(const Config& config,
+                                                                      int rank) {
+  const OffloadOptimizerConfig& oc = config.zero.offload_optimizer;
+  if (oc.nvme_paths.empty()) {
+    return InvalidArgumentError(std::string(kPathKey) +
+                                " is required with offload_optimizer.device = \"nvme\" (a "
+                                "directory, or a list of directories to stripe over)");
+  }
+  NvmeOptimizerStateOptions o;
+  namespace fs = std::filesystem;
+  for (const std::string& p : oc.nvme_paths) {
+    std::error_code ec;
+    const fs::path abs = fs::absolute(fs::path(p), ec);
+    if (ec) {
+      return InvalidArgumentError(std::string(kPathKey) + " '" + p + "': " + ec.message());
+    }
+    if (!fs::exists(abs, ec)) {
+      fs::create_directories(abs, ec);
+      if (ec) {
+        return InvalidArgumentError(std::string(kPathKey) + " '" + p + "' (" + abs.string() +
+                                    ") does not exist and cannot be made: " + ec.message());
+      }
+    }
+    o.nvme_paths.push_back(abs.lexically_normal().string());
+  }
+  if (oc.buffer_count < 1) {
+    return InvalidArgumentError("zero_optimization.offload_optimizer.buffer_count " +
+                                std::to_string(oc.buffer_count) + " must be at least 1");
+  }
+  o.pin_memory = oc.pin_memory;
+  o.buffer_count = static_cast<size_t>(oc.buffer_count);
+  o.pipeline_read = oc.pipeline_read;
+  o.pipeline_write = oc.pipeline_write;
+  o.checksums = config.strata.swap_checksums;
+  o.rank = rank;
+  o.aio = config.aio;
+  return o;
+}
+
+Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
+    const PartitionLayout& layout, const std::vector<SubGroup>& sub_groups,
+    const NvmeOptimizerStateOptions& options, Device* device, TierBudget* budget, AioHandle* aio) {
+  const size_t numel = layout.partition_numel();
+  size_t expect = 0;
+  for (size_t i = 0; i < sub_groups.size(); ++i) {
+    const SubGroup& g = sub_groups[i];
+    if (g.flat_begin != expect || g.flat_end < g.flat_begin) {
+      return InvalidArgumentError("nvme optimizer state: sub-group " + std::to_string(i) + " is [" +
+                                  std::to_string(g.flat_begin) + ", " + std::to_string(g.flat_end) +
+                                  "); sub-groups must be in order " +
+                                  "and cover the partition (next expected at " +
+                                  std::to_string(expect) + ")");
+    }
+    expect = g.flat_end;
+  }
+  if (expect != numel) {
+    return InvalidArgumentError("nvme optimizer state: sub-groups cover " + std::to_string(expect) +
+                                " elements of a partition of " + std::to_string(numel));
+  }
+  STRATA_RETURN_IF_ERROR(ValidateHyperparams(options.kind, options.hyperparams));
+  CpuOptimizerOptions co;
+  co.num_threads = options.num_threads;
+  STRATA_ASSIGN_OR_RETURN(CpuOptimizer optimizer, CpuOptimizer::Create(options.kind, co));
+  STRATA_RETURN_IF_ERROR(optimizer.AddGroup(options.hyperparams).status());
+  std::unique_ptr<NvmeOptimizerState> s(new NvmeOptimizerState(options, std::move(optimizer)));
+  s->numel_ = numel;
+  s->norm_sums_.assign(SquaredNormChunks(numel), 0.0);
+  s->norm_ready_.assign(s->norm_sums_.size(), 0);
+  s->budget_ = budget;
+  s->groups_ = sub_groups;
+  if (aio == nullptr) {
+    STRATA_ASSIGN_OR_RETURN(s->own_aio_, AioHandle::Create(options.aio));
+    aio = s->own_aio_.get();
+  }
+  OptimizerSwapperOptions so;
+  so.nvme_paths = options.nvme_paths;
+  so.pin_memory = options.pin_memory;
+  so.checksums = options.checksums;
+  so.rank = options.rank;
+  so.reuse_stale = options.reuse_stale;
+  so.budget = budget;
+  so.device = device;
+  so.buffer_count = options.buffer_count;
+  so.pipeline_read = options.pipeline_read;
+  so.pipeline_write = options.pipeline_write;
+  auto swapper = OptimizerSwapper::Create(so, aio, &s->optimizer_);
+  if (!swapper.ok()) return swapper.status().WithContext("offload_optimizer nvme");
+  s->swapper_ = std::move(swapper).value();
+  for (size_t i = 0; i < sub_groups.size(); ++i) {
+    if (Numel(sub_groups[i]) == 0) {
+      s->swap_index_.push_back(-1);
+      continue;
+    }
+    auto idx = s->swapper_->AddSubGroup(Numel(sub_groups[i]), 0);
+    if (!idx.ok()) {
+      return idx.status().WithContext("offload_optimizer nvme: reserving sub-group " +
+                                      std::to_string(i) + " (" +
+                                      FormatBytes(3 * Numel(sub_groups[i]) * sizeof(float)) + ")");
+    }
+    s->swap_index_.push_back(*idx);
+    s->swap_to_group_.push_back(static_cast<int>(i));
+  }
+  s->written_.assign(sub_groups.size(), false);
+
+  PinnedPoolOptions po;
+  po.buffer_bytes = std::max<size_t>(numel * sizeof(float), 64);
+  po.buffer_count = 1;
+  po.lock = options.pin_memory;
+  po.device = device;
+  po.budget = budget;
+  po.name = "fp32 gradient partition (offload_optimizer nvme)";
+  STRATA_ASSIGN_OR_RETURN(s->grad_pool_, PinnedPool::Create(po));
+  s->grad_slab_ = s->grad_pool_->Acquire();
+  s->grad_ = static_cast<float*>(s->grad_slab_.data());
+  std::memset(s->grad_, 0, numel * sizeof(float));
+  return s;
+}
+
+NvmeOptimizerState::~NvmeOptimizerState() {
+  drain_hook_ = nullptr;
+  DrainAsync().IgnoreError();  // no write in flight into a buffer or file about to go
+  // The stage's budget goes back first; the lease before its pool (member order does the rest).
+  if (stage_budget_bytes_ != 0) budget_->Release(Tier::kCpu, stage_budget_bytes_);
+  grad_slab_ = PinnedBuffer();
+}
+
+uint64_t NvmeOptimizerState::cpu_bytes() const {
+  return swapper_->buffer_bytes() + grad_slab_.size() + stage_.size() * sizeof(float);
+}
+
+void NvmeOptimizerState::SumNormChunksHere(size_t first, size_t last) const {
+  for (size_t k = first; k < last;) {  // in runs of chunks not summed yet
+    if (norm_ready_[k] != 0) {
+      ++k;
+      continue;
+    }
+    size_t e = k;
+    while (e < last && norm_ready_[e] == 0) ++e;
+    const size_t b = k * kSquaredNormChunk, stop = std::min(numel_, e * kSquaredNormChunk);
+    SquaredNormChunkSums(grad_ + b, stop - b, norm_sums_.data() + k);
+    std::fill(norm_ready_.begin() + static_cast<std::ptrdiff_t>(k),
+              norm_ready_.begin() + static_cast<std::ptrdiff_t>(e), 1);
+    k = e;
+  }
+}
+
+void NvmeOptimizerState::SumNormChunks(size_t first, size_t last) const {
+  // Chunks are independent: computed in parallel.
+  tbb::parallel_for(tbb::blocked_range<size_t>(first, last, 64),
+                    [&](const auto& r) { SumNormChunksHere(r.begin(), r.end()); });
+}
+
+std::pair<size_t, size_t> NvmeOptimizerState::WholeChunks(size_t begin, size_t end) const {
+  end = std::min(end, numel_);
+  // The chunks wholly inside [begin, end); the last chunk of the partition may be short.
+  const size_t first = (begin + kSquaredNormChunk - 1) / kSquaredNormChunk;
+  const size_t last = end == numel_ ? norm_sums_.size() : end / kSquaredNormChunk;
+  return {first, std::max(first, last)};
+}
+
+void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
+  const auto [first, last] = WholeChunks(begin, end);
+  if (first < last) SumNormChunks(first, last);
+}
+
+double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
+  // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
+  // parallel, added in order: the same bits as the sequential loop.
+  if (end <= begin) return 0;
+  double total = 0;
+  if (begin == 0 && end == numel_) {
+    SumNormChunks(0, norm_sums_.size());
+    for (const double s : norm_sums_) total += s;
+    std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
+    return total;
+  }
+  std::vector<double> sums(SquaredNormChunks(end - begin));
+  ParallelSquaredNormChunkSums(grad_ + begin, end - begin, sums.data());
+  for (const double s : sums) total += s;
+  return total;
+}
+
+bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
+  if (begin == 0 && end == numel_) {
+    SumNormChunks(0, norm_sums_.size());  // kept for GradSquaredNorm
+    return std::any_of(norm_sums_.begin(), norm_sums_.end(),
+                       [](double s) { return !std::isfinite(s); });
+  }
+  bool bad = false;
+  for (size_t i = begin; i < end; ++i) bad |= !std::isfinite(grad_[i]);
+  return bad;
+}
+
+void NvmeOptimizerState::ZeroGrad(bool memory) const {
+  if (memory) std::memset(grad_, 0, numel_ * sizeof(float));
+  std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
+}
+
+int NvmeOptimizerState::SubGroupOf(size_t e) const {
+  auto it = std::upper_bound(groups_.begin(), groups_.end(), e,
+                             [](size_t v, const SubGroup& g) { return v < g.flat_end; });
+  return static_cast<int>(it - groups_.begin());
+}
+
+Status NvmeOptimizerState::Stage(int i, bool need_contents) {
+  if (staged_ == i) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());  // the stage goes through the swapper's buffer 0
+  STRATA_RETURN_IF_ERROR(WriteStage());
+  const size_t n = Numel(groups_[static_cast<size_t>(i)]);
+  const uint64_t want = 3 * uint64_t{n} * sizeof(float);
+  if (want > stage_budget_bytes_) {
+    if (budget_ != nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          budget_->Reserve(Tier::kCpu, want - stage_budget_bytes_, "nvme optimizer state staging"));
+      stage_budget_bytes_ = want;
+    }
+  }
+  stage_.resize(3 * n);
+  staged_ = -1;
+  float* p = stage_.data();
+  if (need_contents && written_[static_cast<size_t>(i)]) {
+    STRATA_RETURN_IF_ERROR(
+        swapper_->ReadState(swap_index_[static_cast<size_t>(i)], p, p + n, p + 2 * n));
+  } else if (need_contents) {
+    std::fill(stage_.begin(), stage_.end(), 0.0f);
+  }
+  staged_ = i;
+  stage_dirty_ = false;
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::WriteStage() {
+  if (staged_ < 0 || !stage_dirty_) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());
+  const size_t i = static_cast<size_t>(staged_);
+  const size_t n = Numel(groups_[i]);
+  const float* p = stage_.data();
+  STRATA_RETURN_IF_ERROR(swapper_->Initialize(swap_index_[i], p, p + n, p + 2 * n));
+  written_[i] = true;
+  stage_dirty_ = false;
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::Flush() {
+  STRATA_RETURN_IF_ERROR(WriteStage());
+  staged_ = -1;
+  std::vector<float>().swap(stage_);
+  if (budget_ != nullptr && stage_budget_bytes_ != 0) {
+    budget_->Release(Tier::kCpu, stage_budget_bytes_);
+  }
+  stage_budget_bytes_ = 0;
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::WriteUnwritten() {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (!written_[i] && swap_index_[i] >= 0) {
+      STRATA_RETURN_IF_ERROR(DrainAsync());
+      break;
+    }
+  }
+  std::vector<float> zeros;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (written_[i] || swap_index_[i] < 0) continue;
+    zeros.assign(Numel(groups_[i]), 0.0f);
+    STRATA_RETURN_IF_ERROR(swapper_->Initialize(swap_index_[i], zeros.data()));
+    written_[i] = true;
+  }
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::WriteState(size_t flat_begin, std::span<const float> master,
+                                      std::span<const float> exp_avg,
+                                      std::span<const float> exp_avg_sq) {
+  const size_t n = master.size();
+  if ((!exp_avg.empty() && exp_avg.size() != n) ||
+      (!exp_avg_sq.empty() && exp_avg_sq.size() != n)) {
+    return InvalidArgumentError("nvme optimizer state: WriteState got " + std::to_string(n) +
+                                " master values but " + std::to_string(exp_avg.size()) + " / " +
+                                std::to_string(exp_avg_sq.size()) +
+                                " moments (give the same count, or none)");
+  }
+  if (flat_begin > numel_ || n > numel_ - flat_begin) {
+    return InvalidArgumentError("nvme optimizer state: WriteState of [" +
+                                std::to_string(flat_begin) + ", " + std::to_string(flat_begin + n) +
+                                ") is outside the partition of " + std::to_string(numel_));
+  }
+  size_t e = flat_begin;
+  const size_t end = flat_begin + n;
+  while (e < end) {
+    const int i = SubGroupOf(e);
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    const size_t stop = std::min(end, g.flat_end);
+    const bool whole = e == g.flat_begin && stop == g.flat_end;
+    STRATA_RETURN_IF_ERROR(Stage(i, !(whole && !exp_avg.empty() && !exp_avg_sq.empty())));
+    const size_t gn = Numel(g), at = e - g.flat_begin, src = e - flat_begin, len = stop - e;
+    float* p = stage_.data();
+    std::memcpy(p + at, master.data() + src, len * sizeof(float));
+    if (!exp_avg.empty()) std::memcpy(p + gn + at, exp_avg.data() + src, len * sizeof(float));
+    if (!exp_avg_sq.empty()) {
+      std::memcpy(p + 2 * gn + at, exp_avg_sq.data() + src, len * sizeof(float));
+    }
+    stage_dirty_ = true;
+    e = stop;
+  }
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::ReadState(size_t flat_begin, size_t numel, float* master, float* exp_avg,
+                                     float* exp_avg_sq) {
+  if (flat_begin > numel_ || numel > numel_ - flat_begin) {
+    return InvalidArgumentError("nvme optimizer state: ReadState of [" +
+                                std::to_string(flat_begin) + ", " +
+                                std::to_string(flat_begin + numel) +
+                                ") is outside the partition of " + std::to_string(numel_));
+  }
+  size_t e = flat_begin;
+  const size_t end = flat_begin + numel;
+  while (e < end) {
+    const int i = SubGroupOf(e);
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    const size_t stop = std::min(end, g.flat_end);
+    STRATA_RETURN_IF_ERROR(Stage(i, true));
+    const size_t gn = Numel(g), at = e - g.flat_begin, dst = e - flat_begin, len = stop - e;
+    const float* p = stage_.data();
+    if (master) std::memcpy(master + dst, p + at, len * sizeof(float));
+    if (exp_avg) std::memcpy(exp_avg + dst, p + gn + at, len * sizeof(float));
+    if (exp_avg_sq) std::memcpy(exp_avg_sq + dst, p + 2 * gn + at, len * sizeof(float));
+    e = stop;
+  }
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::ReadSubGroup(int i, float* master, float* exp_avg, float* exp_avg_sq) {
+  if (i < 0 || i >= num_sub_groups()) {
+    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
+                                " (there are " + std::to_string(num_sub_groups()) + ")");
+  }
+  const SubGroup& g = groups_[static_cast<size_t>(i)];
+  const size_t n = Numel(g);
+  if (staged_ == i || !written_[static_cast<size_t>(i)] || n == 0) {
+    return ReadState(g.flat_begin, n, master, exp_avg, exp_avg_sq);
+  }
+  // Straight from NVMe into the caller's arrays: no stage.
+  STRATA_RETURN_IF_ERROR(DrainAsync());
+  return swapper_->ReadState(swap_index_[static_cast<size_t>(i)], master, exp_avg, exp_avg_sq);
+}
+
+Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_scale,
+                                void* param_copy, DType copy_dtype) {
+  if (step < 1) {
+    return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
+                                " must be at least 1");
+  }
+  STRATA_RETURN_IF_ERROR(DrainAsync());
+  TraceSpan span(tracer_, "optimizer step (nvme)", "optimizer");
+  swapper_stepped_ = true;
+  sg_bytes_read_ = sg_bytes_written_ = 0;
+  STRATA_RETURN_IF_ERROR(Flush());
+  STRATA_RETURN_IF_ERROR(WriteUnwritten());
+  STRATA_RETURN_IF_ERROR(optimizer_.SetHyperparams(0, hp));
+  swapper_->set_step_count(step - 1);
+  const std::vector<int>& group_of = swap_to_group_;
+  const size_t copy_bytes = DTypeBytes(copy_dtype);
+  // Per sub-group spans: from its io() call (just before its update) to the next one (see the
+  // header).
+  const bool tracing = tracer_ != nullptr && tracer_->enabled();
+  double sg_begin = 0;
+  int sg_current = -1;
+  auto end_sub_group_span = [&] {
+    if (!tracing || sg_current < 0) return;
+    const TraceArg args[] = {{"sub_group", static_cast<double>(sg_current)}};
+    tracer_->Complete("sub-group", "optimizer", sg_begin, tracer_->NowUs(), args);
+  };
+  StepOptions so;
+  so.grad_scale = grad_scale;
+  Status s = swapper_->Step(
+      [&](int k) {
+        const SubGroup& g = groups_[static_cast<size_t>(group_of[static_cast<size_t>(k)])];
+        if (tracing) {
+          end_sub_group_span();
+          sg_current = group_of[static_cast<size_t>(k)];
+          sg_begin = tracer_->NowUs();
+        }
+        SubGroupIo io;
+        io.grads = grad_ + g.flat_begin;
+        io.grad_dtype = DType::kFloat32;
+        if (param_copy != nullptr) {
+          io.param_copy = static_cast<uint8_t*>(param_copy) + g.flat_begin * copy_bytes;
+          io.param_copy_dtype = copy_dtype;
+        }
+        return io;
+      },
+      so);
+  end_sub_group_span();
+  const OptimizerStepStats& st = swapper_->last_step();
+  span.AddArg("read_wait_ms", st.read_wait_ms);
+  span.AddArg("update_ms", st.update_ms);
+  span.AddArg("bytes_read", static_cast<double>(st.bytes_read));
+  span.AddArg("bytes_written", static_cast<double>(st.bytes_written));
+  if (!s.ok()) return s.WithContext("offload_optimizer nvme step " + std::to_string(step));
+  return Status::Ok();
+}
+
+void NvmeOptimizerState::AddTo(StepBreakdown* b) const {
+  b->nvme_read_bytes += sg_bytes_read_;
+  b->nvme_write_bytes += sg_bytes_written_;
+  if (!swapper_stepped_) {
+    b->io_wait_ms += sg_wait_ms_;
+    b->cpu_adam_ms += sg_update_ms_;
+    return;
+  }
+  const OptimizerStepStats& st = swapper_->last_step();
+  b->io_wait_ms += st.read_wait_ms + st.write_wait_ms;
+  b->cpu_adam_ms += st.update_ms;
+  b->nvme_read_bytes += st.bytes_read;
+  b->nvme_write_bytes += st.bytes_written;
+}
+
+Status NvmeOptimizerState::StepExcept(int64_t step, const Hyperparams& hp, float grad_scale,
+                                      void* param_copy, DType copy_dtype,
+                                      const std::vector<char>& skip) {
+  if (skip.size() != groups_.size()) {
+    return InvalidArgumentError("nvme optimizer state: StepExcept got " +
+                                std::to_string(skip.size()) + " skip flags for " +
+                                std::to_string(groups_.size()) + " sub-groups");
+  }
+  if (std::none_of(skip.begin(), skip.end(), [](char c) { return c != 0; }) && !async_busy()) {
+    return Step(step, hp, grad_scale, param_copy, copy_dtype);
+  }
+  if (step < 1) {
+    return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
+                                " must be at least 1");
+  }
+  return StepAsync(step, hp, grad_scale, param_copy, copy_dtype, skip);
+}
+
+Status NvmeOptimizerState::PrepareSubGroupSteps() {
+  STRATA_RETURN_IF_ERROR(Flush());
+  return WriteUnwritten();
+}
+
+Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams& hp,
+                                          float grad_scale, float* master, float* exp_avg,
+                                          float* exp_avg_sq, void* param_copy, DType copy_dtype,
+                                          bool grad_checks) {
+  if (i < 0 || i >= num_sub_groups()) {
+    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
+                                " (there are " + std::to_string(num_sub_groups()) + ")");
+  }
+  const SubGroup& g = groups_[static_cast<size_t>(i)];
+  const size_t n = Numel(g);
+  if (n == 0) return Status::Ok();
+  // The state in its slot: the checksums fused into the update (optimizer_nvme_fused.cc).
+  const int at = slot_of_.empty() ? -1 : slot_of_[static_cast<size_t>(i)];
+  if (at >= 0 && swapper_->checksums() &&
+      slots_[static_cast<size_t>(at)].state == Slot::State::kValid) {
+    const OptimizerSwapper::StateView v = SlotState(static_cast<size_t>(at));
+    if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
+      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype,
+                         grad_checks);
+    }
+  }
+  StepTensors t;
+  t.numel = n;
+  t.params = master;
+  t.exp_avg = exp_avg;
+  t.exp_avg_sq = exp_avg_sq;
+  t.grads = grad_ + g.flat_begin;
+  t.grad_dtype = DType::kFloat32;
+  // As the swapper: fp16/bf16 copy-out fused into the update, fp32 a copy after it.
+  const bool fp32_copy = param_copy != nullptr && copy_dtype == DType::kFloat32;
+  uint8_t* copy = param_copy == nullptr
+                      ? nullptr
+                      : static_cast<uint8_t*>(param_copy) + g.flat_begin * DTypeBytes(copy_dtype);
+  t.param_copy = fp32_copy ? nullptr : copy;
+  t.param_copy_dtype = copy_dtype;
+  StepOptions so;
+  so.grad_scale = grad_scale;
+  STRATA_RETURN_IF_ERROR(
+      optimizer_.StepAt(hp, step, t, so)
+          .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
+  if (fp32_copy) std::memcpy(copy, master, n * sizeof(float));
+  if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);
+  return Status::Ok();
+}
+
+Status NvmeOptimizerState::WriteSubGroup(int i, const float* master, const float* exp_avg,
+                                         const float* exp_avg_sq) {
+  if (i < 0 || i >= num_sub_groups()) {
+    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
+                                " (there are " + std::to_string(num_sub_groups()) + ")");
+  }
+  const int k = swap_index_[static_cast<size_t>(i)];
+  if (k < 0) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(DrainAsync());
+  STRATA_RETURN_IF_ERROR(
+      swapper_->Initialize(k, master, exp_avg, exp_avg_sq)
+          .WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i)));
+  written_[static_cast<size_t>(i)] = true;
+  return Status::Ok();
+}
+
+}  // namespace strata

@@ -1,0 +1,538 @@
+#include "engine/optim/step_overlap.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "engine/base/trace.h"
+
+namespace strata {
+
+namespace {
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool SameHyperparams(const Hyperparams& a, const Hyperparams& b) {
+  return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weight_decay == b.weight_decay && a.adam_w_mode == b.adam_w_mode &&
+         a.bias_correction == b.bias_correction;
+}
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+}  // namespace
+
+Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions options) {
+  if (options.device == nullptr || options.layout == nullptr || options.host_grad == nullptr ||
+      (options.cpu_opt == nullptr) == (options.nvme_opt == nullptr)) {
+    return InvalidArgumentError(
+        "overlapped step: device, layout, host gradients and exactly one optimizer state (cpu or "
+        "nvme) are required");
+  }
+  std::unique_ptr<StepOverlap> o(new StepOverlap(std::move(options)));
+  const StepOverlapOptions& op = o->o_;
+  const size_t slices = op.layout->slices().size();
+  o->group_of_slice_.assign(slices, 0);
+  o->eligible_.assign(op.sub_groups.size(), 0);
+  for (size_t g = 0; g < op.sub_groups.size(); ++g) {
+    const SubGroup& sg = op.sub_groups[g];
+    if (sg.end_slice > slices) {
+      return InvalidArgumentError("overlapped step: sub-group " + std::to_string(g) +
+                                  " ends at slice " + std::to_string(sg.end_slice) + " of " +
+                                  std::to_string(slices));
+    }
+    for (size_t s = sg.first_slice; s < sg.end_slice; ++s) o->group_of_slice_[s] = g;
+    o->eligible_[g] = sg.flat_begin >= op.host_begin && sg.flat_end > sg.flat_begin &&
+                      sg.end_slice > sg.first_slice;
+  }
+  STRATA_ASSIGN_OR_RETURN(o->copy_stream_, op.device->CreateStream());
+  EventOptions eo;
+  eo.timing = false;
+  STRATA_ASSIGN_OR_RETURN(o->reduced_, op.device->CreateEvent(eo));
+  const size_t n = op.sub_groups.size();
+  o->done_.assign(n, 0);
+  o->kept_.resize(n);
+  o->worker_ = std::thread([p = o.get()] { p->WorkerLoop(); });
+  if (op.nvme_opt != nullptr) op.nvme_opt->set_drain_hook([p = o.get()] { p->PauseWorker(); });
+  return o;
+}
+
+StepOverlap::~StepOverlap() {
+  if (o_.nvme_opt != nullptr) o_.nvme_opt->set_drain_hook(nullptr);
+  if (copy_stream_.valid()) copy_stream_.Synchronize().IgnoreError();  // host functions ran
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (copy_stream_.valid()) o_.device->DestroyStream(copy_stream_).IgnoreError();
+}
+
+uint64_t StepOverlap::KeptBytes(size_t g) const {
+  const uint64_t n = Numel(g);
+  return 3 * n * sizeof(float) + (o_.param_copy != nullptr ? n * DTypeBytes(o_.copy_dtype) : 0);
+}
+
+Status StepOverlap::Begin(const OverlapStepArgs& args) {
+  if (active_) {
+    return FailedPreconditionError(
+        "engine: Backward at a gradient-accumulation boundary again before Step "
+        "(strata.overlap_step updates the optimizer during the boundary backward; call Step "
+        "after it, or set strata.overlap_step false)");
+  }
+  params_written_.clear();
+  write_back_error_ = Status::Ok();
+  // The norm's chunk sums of an earlier step that did not reach its norm (a failed step) are
+  // stale: forgotten before the worker takes this step's.
+  if (o_.nvme_opt != nullptr) o_.nvme_opt->ForgetGradChecks();
+  // A speculation that failed last time (clipping triggered, an overflow) most likely fails
+  // again: such steps run serially, with a retry every kRetryAfter steps.
+  if (args.speculative && rolled_back_ && ++serial_since_rollback_ < kRetryAfter) {
+    return Status::Ok();
+  }
+  serial_since_rollback_ = 0;
+  if (!step_started_) {
+    if (o_.nvme_opt != nullptr) {
+      STRATA_RETURN_IF_ERROR(o_.nvme_opt->PrepareSubGroupSteps().WithContext("overlapped step"));
+    }
+    std::lock_guard lock(mu_);
+    ResetStepLocked();
+  }
+  args_ = args;
+  remaining_.assign(o_.sub_groups.size(), 0);
+  for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
+    remaining_[g] = o_.sub_groups[g].end_slice - o_.sub_groups[g].first_slice;
+  }
+  unqueued_ = remaining_;
+  copied_.assign(o_.sub_groups.size(), 0);
+  kept_bytes_ = 0;
+  pushed_expected_ = 0;
+  {
+    std::lock_guard lock(mu_);
+    read_ahead_on_ = o_.nvme_opt != nullptr;
+    kick_ = true;
+  }
+  backward_ended_.store(false);
+  active_ = true;
+  cv_.notify_all();  // NVMe: read ahead
+  return Status::Ok();
+}
+
+void StepOverlap::ResetStepLocked() {
+  std::fill(done_.begin(), done_.end(), 0);
+  for (auto& k : kept_) k.reset();
+  ready_.clear();
+  processed_ = pushed_ = 0;
+  error_ = Status::Ok();
+  adam_ms_ = 0;
+  step_started_ = true;
+}
+
+Status StepOverlap::StartReadAhead() {
+  if (o_.nvme_opt == nullptr || active_) return Status::Ok();
+  // Writes the stage and never-written sub-groups if any (else nothing): before the worker
+  // owns the state.
+  STRATA_RETURN_IF_ERROR(o_.nvme_opt->PrepareSubGroupSteps().WithContext("overlapped step"));
+  {
+    std::lock_guard lock(mu_);
+    ResetStepLocked();
+    read_ahead_on_ = true;
+    kick_ = true;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+void StepOverlap::PauseWorker() {
+  std::unique_lock lock(mu_);
+  read_ahead_on_ = false;
+  done_cv_.wait(lock, [&] { return !busy_; });
+}
+
+Status StepOverlap::StopReadAhead(StepBreakdown* b) {
+  step_started_ = false;  // the next Begin or StartReadAhead resets the step's state
+  if (o_.nvme_opt == nullptr) return Status::Ok();
+  Status error;
+  {
+    std::unique_lock lock(mu_);
+    read_ahead_on_ = false;
+    done_cv_.wait(lock, [&] { return !busy_; });
+    if (!active_) error = error_;
+  }
+  const NvmeOptimizerState::AsyncStats st = o_.nvme_opt->TakeAsyncStats();
+  b->nvme_read_bytes += st.bytes_read;
+  b->nvme_write_bytes += st.bytes_written;
+  return error.WithContext("overlapped step: NVMe read-ahead");
+}
+
+Status StepOverlap::WriteBackUpdated() {
+  if (o_.param_store == nullptr || o_.param_copy == nullptr || !active_) return Status::Ok();
+  params_written_.resize(o_.sub_groups.size(), 0);
+  std::vector<size_t> todo;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t g = 0; g < done_.size(); ++g) {
+      if (done_[g] != 0 && params_written_[g] == 0) todo.push_back(g);
+    }
+  }
+  // The worker finished these (done_ under mu_): their param_copy ranges are final unless rolled
+  // back, and their parameters' last backward use has passed.
+  const size_t cbytes = DTypeBytes(o_.copy_dtype);
+  for (const size_t g : todo) {
+    const SubGroup& sg = o_.sub_groups[g];
+    const auto* src = static_cast<const uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes;
+    STRATA_RETURN_IF_ERROR(o_.param_store->Write(sg.flat_begin, src, Numel(g), copy_stream_)
+                               .WithContext("overlapped step: writing back sub-group " +
+                                            std::to_string(g) + "'s parameters"));
+    params_written_[g] = 1;
+    ++param_write_backs_;
+  }
+  return Status::Ok();
+}
+
+Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
+  if (!active_ || param >= group_of_slice_.size()) return Status::Ok();
+  // A failed write-back is reported by Finish, which rolls the step back first.
+  if (write_back_error_.ok()) write_back_error_ = WriteBackUpdated();
+  const size_t g = group_of_slice_[param];
+  if (remaining_[g] == 0 || --remaining_[g] != 0 || !eligible_[g]) return Status::Ok();
+  if (args_.speculative) {  // the kept copies are bounded; the rest waits for the serial step
+    const uint64_t kb = KeptBytes(g);
+    if (kept_bytes_ + kb > o_.copy_limit_bytes) return Status::Ok();
+    kept_bytes_ += kb;
+  }
+  const SubGroup& sg = o_.sub_groups[g];
+  STRATA_RETURN_IF_ERROR(reduced_.Record(stream));
+  STRATA_RETURN_IF_ERROR(copy_stream_.Wait(reduced_));
+  if (o_.device_grad != nullptr) {  // else the reducer added into host_grad itself
+    STRATA_RETURN_IF_ERROR(copy_stream_.CopyAsync(
+        o_.host_grad + (sg.flat_begin - o_.host_begin), o_.device_grad + sg.flat_begin,
+        Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
+  }
+  const double queued_us = o_.tracer != nullptr && o_.tracer->enabled() ? o_.tracer->NowUs() : -1;
+  STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([this, g, queued_us] {
+    if (queued_us >= 0) {  // from the last gradient's reduce to the worker's queue
+      const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
+      o_.tracer->Complete(o_.tracer->Track("grads ready"), "sub-group gradients", "copy", queued_us,
+                          o_.tracer->NowUs(), args);
+    }
+    Push(g);
+  }));
+  copied_[g] = 1;
+  ++pushed_expected_;
+  return Status::Ok();
+}
+
+bool StepOverlap::CompletesSubGroup(size_t param) {
+  if (!active_ || param >= group_of_slice_.size()) return false;
+  const size_t g = group_of_slice_[param];
+  return unqueued_[g] != 0 && --unqueued_[g] == 0 && eligible_[g];
+}
+
+void StepOverlap::Push(size_t g) {
+  {
+    std::lock_guard lock(mu_);
+    ready_.push_back(g);
+    ++pushed_;
+    kick_ = true;
+  }
+  cv_.notify_all();
+}
+
+// Note [Ready and resident first]
+// The worker never sits on I/O while it has work. Waiting for the oldest I/O with nothing ready
+// (so that the next ReadAhead finds the room or the read it wants) stops as soon as a sub-group's
+// gradients arrive: in bench/overlap's balanced step the worker blocked on a 50 MB read of the
+// sub-group needed last (15 ms) while sub-group 3 was ready and resident, and all later updates
+// slid by that much past backward's end. Of the ready sub-groups the first whose state needs no
+// read goes first (the others' reads are in flight meanwhile: the queue's order is only the order
+// the gradients arrived, and each update is independent of the others).
+//
+// Note [Overlapped NVMe pipeline]
+// The worker alternates between two kinds of work. A ready sub-group (its gradients are on the
+// host): the next reads go in flight first (ReadAhead: it, then the other ready ones, then the
+// rest last first, as far as the swap buffers allow), then it waits for its own state (a read,
+// or the write of its last update, whose buffer is then current), updates it in place in the
+// pinned buffer and hands it back dirty (write-back: written when its room is needed). Nothing
+// ready: ReadAhead, and when the wanted reads wait for I/O in flight (a read to verify, a write
+// whose buffer is needed) it blocks on the oldest one, else it sleeps until kicked (a new ready
+// sub-group, Begin, StartReadAhead). So the disk always has the reads of the next sub-groups in
+// flight, a sub-group's update waits only for its own read, and the writes complete in the
+// background. The step (StopReadAhead / Finish) takes the state back with the worker idle.
+std::vector<int> StepOverlap::WantedLocked(int first) const {
+  std::vector<int> w;
+  if (first >= 0) w.push_back(first);
+  for (size_t g : ready_) {
+    if (static_cast<int>(g) != first) w.push_back(static_cast<int>(g));
+  }
+  for (size_t g = eligible_.size(); g-- > 0;) {
+    if (!eligible_[g] || done_[g] || static_cast<int>(g) == first) continue;
+    if (std::find(ready_.begin(), ready_.end(), g) != ready_.end()) continue;
+    w.push_back(static_cast<int>(g));
+  }
+  return w;
+}
+
+void StepOverlap::WorkerLoop() {
+  if (o_.tracer != nullptr) o_.tracer->NameThisThread("adam overlap");
+  NvmeOptimizerState* nvme = o_.nvme_opt;
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] {
+      return stop_ || !ready_.empty() || (nvme != nullptr && read_ahead_on_ && kick_);
+    });
+    if (stop_) return;
+    busy_ = true;
+    if (!ready_.empty()) {
+      // Note [Ready and resident first]
+      auto pick = ready_.begin();
+      if (nvme != nullptr) {
+        auto there = std::find_if(ready_.begin(), ready_.end(),
+                                  [&](size_t r) { return nvme->Resident(static_cast<int>(r)); });
+        if (there != ready_.end()) pick = there;
+      }
+      const size_t g = *pick;
+      ready_.erase(pick);
+      const bool failed = !error_.ok();
+      std::vector<int> wanted;
+      if (nvme != nullptr && !failed) wanted = WantedLocked(static_cast<int>(g));
+      lock.unlock();
+      Status s = failed ? Status::Ok() : UpdateOne(g, wanted);
+      lock.lock();
+      if (!s.ok() && error_.ok()) error_ = s;
+      ++processed_;
+      kick_ = true;
+    } else {
+      kick_ = false;
+      std::vector<int> wanted = error_.ok() ? WantedLocked(-1) : std::vector<int>();
+      lock.unlock();
+      bool helps = false;
+      Status s = wanted.empty() ? Status::Ok() : nvme->ReadAhead(wanted, &helps);
+      lock.lock();
+      // Note [Ready and resident first]: the oldest I/O is waited for only until a sub-group
+      // turns ready (the aio threads do not signal cv_: polled every kIoPoll).
+      while (s.ok() && helps && !stop_ && ready_.empty()) {
+        lock.unlock();
+        Result<bool> done = nvme->WaitOldestIo(/*block=*/false);
+        lock.lock();
+        if (!done.ok()) s = done.status();
+        if (!done.ok() || *done) break;
+        cv_.wait_for(lock, kIoPoll, [&] { return stop_ || !ready_.empty(); });
+      }
+      if (!s.ok() && error_.ok()) error_ = s;
+      if (s.ok() && helps) kick_ = true;  // look again once that I/O is done
+    }
+    busy_ = false;
+    done_cv_.notify_all();
+  }
+}
+
+// Runs on the worker thread, with the sub-group's gradients on the host.
+Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
+  const SubGroup& sg = o_.sub_groups[g];
+  const size_t n = Numel(g);
+  const double trace_begin = o_.tracer != nullptr ? o_.tracer->NowUs() : 0;
+  std::unique_ptr<Kept> kept;
+  if (args_.speculative) kept = std::make_unique<Kept>();
+  const size_t cbytes = DTypeBytes(o_.copy_dtype);
+  uint8_t* copy = o_.param_copy == nullptr
+                      ? nullptr
+                      : static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes;
+  double t0 = NowMs();
+  if (o_.cpu_opt != nullptr) {
+    if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
+    if (kept != nullptr) {
+      kept->state.resize(3 * n);
+      std::span<float> k(kept->state);
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Read(OptimizerState::Array::kMaster, sg.flat_begin, k.subspan(0, n)));
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Read(OptimizerState::Array::kExpAvg, sg.flat_begin, k.subspan(n, n)));
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Read(OptimizerState::Array::kExpAvgSq, sg.flat_begin, k.subspan(2 * n, n)));
+    }
+    STRATA_RETURN_IF_ERROR(
+        o_.cpu_opt
+            ->StepSubGroup(sg, args_.step, args_.hp, args_.grad_scale, o_.param_copy, o_.copy_dtype)
+            .WithContext("overlapped step: sub-group " + std::to_string(g)));
+  } else {
+    NvmeOptimizerState* nvme = o_.nvme_opt;
+    const int i = static_cast<int>(g);
+    // The next reads go in flight first; then only this sub-group's own read is waited for.
+    bool helps = false;
+    STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
+    // not sum them after backward: fused into the update's tiles (the gradients in cache), or
+    // else now, while its read may still be in flight.
+    const bool fused = nvme->fuses_updates();
+    if (!fused) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
+    const std::span<const int> keep = nvme->Window(wanted);
+    Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
+    if (!v.ok()) return v.status().WithContext("overlapped step");
+    t0 = NowMs();  // the Adam time, without the wait for the read
+    if (kept != nullptr) {
+      if (copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
+      kept->state.resize(3 * n);
+      std::memcpy(kept->state.data(), v->params, n * sizeof(float));
+      std::memcpy(kept->state.data() + n, v->exp_avg, n * sizeof(float));
+      std::memcpy(kept->state.data() + 2 * n, v->exp_avg_sq, n * sizeof(float));
+    }
+    STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale,
+                                                v->params, v->exp_avg, v->exp_avg_sq, o_.param_copy,
+                                                o_.copy_dtype, /*grad_checks=*/fused));
+    STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
+  }
+  const double ms = NowMs() - t0;
+  if (o_.tracer != nullptr && o_.tracer->enabled()) {
+    const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
+    o_.tracer->Complete("overlapped sub-group", "optimizer", trace_begin, o_.tracer->NowUs(), args);
+  }
+  {
+    std::lock_guard lock(mu_);
+    kept_[g] = std::move(kept);
+    done_[g] = 1;
+    adam_ms_ += ms;
+  }
+  overlapped_.fetch_add(1);
+  if (!backward_ended_.load()) early_.fetch_add(1);
+  return Status::Ok();
+}
+
+Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
+  if (!active_) return Status::Ok();
+  Status s = copy_stream_.Synchronize();  // every copy done, every host function run
+  Status worker;
+  {
+    std::unique_lock lock(mu_);
+    read_ahead_on_ = false;  // the ready ones still read what they need
+    done_cv_.wait(lock, [&] { return (processed_ == pushed_ && !busy_) || !s.ok(); });
+    if (!s.ok()) done_cv_.wait(lock, [&] { return !busy_; });
+    worker = error_;
+    b->overlapped_adam_ms += adam_ms_;
+  }
+  if (o_.nvme_opt != nullptr) {  // the worker is idle: the NVMe state is the engine thread's
+    const NvmeOptimizerState::AsyncStats st = o_.nvme_opt->TakeAsyncStats();
+    b->nvme_read_bytes += st.bytes_read;
+    b->nvme_write_bytes += st.bytes_written;
+  }
+  step_started_ = false;
+  if (!s.ok() || !worker.ok()) {  // the step fails; undo what can be undone
+    Rollback().IgnoreError();
+    return !s.ok() ? s.WithContext("overlapped step: gradient copies") : worker;
+  }
+  if (pushed_ != pushed_expected_) {
+    return InternalError("overlapped step: " + std::to_string(pushed_) + " of " +
+                         std::to_string(pushed_expected_) + " sub-groups reached the worker");
+  }
+  if (write_back_error_.ok()) write_back_error_ = WriteBackUpdated();
+  if (!write_back_error_.ok()) {  // the store may hold early parameters: roll back, then fail
+    Status e = std::exchange(write_back_error_, Status::Ok());
+    Rollback().IgnoreError();
+    return e;
+  }
+  // The rest of the host part crosses now, as the serial step copies it (unless the reducer
+  // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
+  if (o_.device_grad == nullptr) return Status::Ok();
+  const double t = NowMs();
+  for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
+    const SubGroup& sg = o_.sub_groups[g];
+    if (sg.flat_begin < o_.host_begin || copied_[g]) continue;
+    STRATA_RETURN_IF_ERROR(stream.CopyAsync(o_.host_grad + (sg.flat_begin - o_.host_begin),
+                                            o_.device_grad + sg.flat_begin,
+                                            Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
+  }
+  STRATA_RETURN_IF_ERROR(stream.Synchronize());
+  b->d2h_ms += NowMs() - t;
+  b->d2h_bytes += (o_.layout->partition_numel() - o_.host_begin) * sizeof(float);
+  return Status::Ok();
+}
+
+Status StepOverlap::Resolve(const OverlapStepArgs& args, std::vector<char>* done) {
+  done->assign(o_.sub_groups.size(), 0);
+  if (!active_) return Status::Ok();
+  const bool same = args.step == args_.step && SameHyperparams(args.hp, args_.hp) &&
+                    SameBits(args.grad_scale, args_.grad_scale);
+  if (!same) return Rollback();
+  rolled_back_ = false;
+  {
+    std::lock_guard lock(mu_);
+    *done = done_;
+    for (auto& k : kept_) k.reset();
+  }
+  active_ = false;
+  return Status::Ok();
+}
+
+Status StepOverlap::Rollback() {
+  if (!active_) return Status::Ok();
+  active_ = false;
+  rolled_back_ = true;
+  // Parameters written into param_store during backward are rewritten below from the restored
+  // param_copy: a skipped step (an overflow) never reaches the step's own write-back.
+  std::vector<char> written;
+  written.swap(params_written_);
+  written.resize(o_.sub_groups.size(), 0);
+  std::vector<char> done;
+  std::vector<std::unique_ptr<Kept>> kept;
+  {
+    std::lock_guard lock(mu_);
+    done = done_;
+    kept.swap(kept_);
+    kept_.resize(done.size());
+    std::fill(done_.begin(), done_.end(), 0);
+  }
+  const size_t cbytes = DTypeBytes(o_.copy_dtype);
+  for (size_t g = 0; g < done.size(); ++g) {
+    if (!done[g]) continue;
+    if (kept[g] == nullptr) {
+      return InternalError("overlapped step: sub-group " + std::to_string(g) +
+                           " was updated early without a kept copy and cannot be rolled back");
+    }
+    const SubGroup& sg = o_.sub_groups[g];
+    const size_t n = Numel(g);
+    std::span<const float> k(kept[g]->state);
+    if (o_.cpu_opt != nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Write(OptimizerState::Array::kMaster, sg.flat_begin, k.subspan(0, n)));
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Write(OptimizerState::Array::kExpAvg, sg.flat_begin, k.subspan(n, n)));
+      STRATA_RETURN_IF_ERROR(
+          o_.cpu_opt->Write(OptimizerState::Array::kExpAvgSq, sg.flat_begin, k.subspan(2 * n, n)));
+    } else {  // into its swap buffer, written in the background (the serial step uses it)
+      const int i = static_cast<int>(g);
+      Result<OptimizerSwapper::StateView> v = o_.nvme_opt->AcquireState(i, {}, false);
+      if (!v.ok()) {
+        return v.status().WithContext("overlapped step: restoring sub-group " + std::to_string(g));
+      }
+      std::memcpy(v->params, k.data(), n * sizeof(float));
+      std::memcpy(v->exp_avg, k.data() + n, n * sizeof(float));
+      std::memcpy(v->exp_avg_sq, k.data() + 2 * n, n * sizeof(float));
+      STRATA_RETURN_IF_ERROR(o_.nvme_opt->WriteBack(i).WithContext(
+          "overlapped step: restoring sub-group " + std::to_string(g)));
+    }
+    if (o_.param_copy != nullptr && !kept[g]->copy.empty()) {
+      std::memcpy(static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes,
+                  kept[g]->copy.data(), n * cbytes);
+    }
+    if (written[g] != 0 && o_.param_store != nullptr && o_.param_copy != nullptr) {
+      STRATA_RETURN_IF_ERROR(
+          o_.param_store
+              ->Write(sg.flat_begin,
+                      static_cast<const uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes, n,
+                      copy_stream_)
+              .WithContext("overlapped step: restoring sub-group " + std::to_string(g) +
+                           "'s parameters"));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace strata

@@ -1,0 +1,140 @@
+// MemoryPlan: the bytes one rank of the engine will hold on each tier — device, pinned CPU,
+// pageable CPU, NVMe — for a model shape and a resolved config, itemised buffer by buffer, plus
+// the bytes a training step moves over each link. It is what Engine::Initialize checks a capped
+// device against, what `strata train` prints next to the measured peaks, and what
+// `strata estimate` tabulates over stages 0-3 x offload none/cpu/nvme.
+//
+// The plan follows the engine's real allocations (engine.cc's Place: flat parameter and gradient
+// buffers, the updated-shard buffer, the optimizer slab, staging, reduce buffers), rounded as the
+// allocators round them (device arena: 256 B; PinnedPool: 4 KiB, or 2 MiB past 2 MiB), stage 3
+// included (zero3_hooks.cc); NVMe placement is planned from the engine design (swap buffers and
+// the swap files) — Note [Stage 3 and NVMe plans] in memory_plan.cc.
+//
+// Model-agnostic: the model is a ModelShape (parameter numels, what its activations need); the
+// caller that knows the model family fills it (tools/strata/train/cmd_train_memory.h for Llama).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/config/config.h"
+
+namespace strata {
+
+// The four places memory is planned in. Pinned CPU is what the engine charges to its
+// TierBudget's cpu tier (PinnedPools: optimizer state, staging, swap buffers).
+enum class PlanTier : uint8_t { kDevice = 0, kPinnedCpu = 1, kPageableCpu = 2, kNvme = 3 };
+inline constexpr int kNumPlanTiers = 4;
+inline constexpr std::array<PlanTier, kNumPlanTiers> kAllPlanTiers = {
+    PlanTier::kDevice, PlanTier::kPinnedCpu, PlanTier::kPageableCpu, PlanTier::kNvme};
+
+// "device", "pinned cpu", "pageable cpu", "nvme".
+std::string_view PlanTierName(PlanTier tier);
+// "device", "pinned_cpu", "pageable_cpu", "nvme" (JSON keys).
+std::string_view PlanTierKey(PlanTier tier);
+
+// Bytes per tier, indexed by PlanTier.
+using TierBytes = std::array<uint64_t, kNumPlanTiers>;
+
+// What one micro-batch's activations need (buffers the model allocates on its first Forward).
+struct ActivationBytes {
+  uint64_t device_bytes = 0;  // activations, their gradients, per-batch scratch
+  uint64_t pinned_bytes = 0;  // checkpoints kept in CPU memory (cpu_checkpointing)
+  uint64_t host_bytes = 0;    // pageable host staging of the batch (token ids, labels)
+};
+
+// A model as the planner sees it.
+struct ModelShape {
+  std::string name;  // for tables: "tiny", "7b", a directory
+  // Every parameter's element count, in the model's parameter order.
+  std::vector<uint64_t> param_numels;
+  // Stage 3 gathers a module's parameters together: the parameter count of each module that
+  // owns parameters directly (a decoder layer's q/k/v/o, a norm, ...). Empty: each parameter is
+  // its own module.
+  std::vector<uint64_t> module_numels;
+  // Device memory the model holds whatever the batch (e.g. RoPE tables).
+  uint64_t fixed_device_bytes = 0;
+  // One micro-batch (the caller's micro batch x sequence length), with and without activation
+  // checkpointing.
+  ActivationBytes activations;
+  ActivationBytes activations_checkpointed;
+  std::string activation_note;  // e.g. "micro batch 1 x seq 2048"
+
+  uint64_t NumParameters() const;
+  uint64_t LargestParameter() const;
+};
+
+struct PlanOptions {
+  int world = 1;  // data-parallel ranks
+  int rank = 0;   // whose partition (ranks differ only by padding)
+  // Which activation figure to use (the model's own option; the DeepSpeed JSON has none).
+  bool activation_checkpointing = false;
+  // false: plan only what Engine::Initialize places (the fit check, before any batch exists).
+  bool include_activations = true;
+};
+
+struct PlanItem {
+  std::string what;  // "fp32 master + moments + gradients", ...
+  PlanTier tier = PlanTier::kDevice;
+  uint64_t bytes = 0;
+};
+
+// Bytes a training step (one optimizer step: gradient_accumulation_steps micro-batches) moves,
+// per rank.
+struct StepTraffic {
+  uint64_t host_to_device_bytes = 0;
+  uint64_t device_to_host_bytes = 0;
+  uint64_t nvme_read_bytes = 0;
+  uint64_t nvme_write_bytes = 0;
+  uint64_t collective_bytes = 0;  // sent by this rank (ring algorithms)
+  // Seconds at nominal link speeds (PCIe 25 GB/s, NVMe 3 GB/s read / 2.5 GB/s write, network
+  // 12.5 GB/s across nodes, 100 GB/s within a node): a ranking, not a prediction.
+  double NominalSeconds(int nodes) const;
+};
+
+struct MemoryPlan {
+  std::string placement;  // "ZeRO-2, offload_optimizer cpu, offload_param none, bf16"
+  int world = 1;
+  std::vector<PlanItem> items;
+  TierBytes tier_bytes{};  // sums of items per tier
+  StepTraffic traffic;
+  std::vector<std::string> notes;  // what the plan assumed ("stage 3: planned from the design")
+
+  uint64_t bytes(PlanTier t) const { return tier_bytes[static_cast<size_t>(t)]; }
+};
+
+// Plans `config` (zero stage, offloads, dtypes, buckets, sub-groups, batch) for `model`.
+// InvalidArgument for options it cannot plan (world < 1, rank outside the world, no parameters,
+// nvme without nvme_path is fine: the plan needs no path).
+Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& config,
+                                    const PlanOptions& options);
+
+// A ModelShape from bare parameter numels (what Engine::Initialize knows before any batch).
+ModelShape ShapeFromNumels(std::vector<uint64_t> numels, std::string name = "model");
+
+// A fixed-width table, one row per tier:
+//   tier           planned     peak        capacity
+//   device         412.3 MiB   405.1 MiB   1 GiB
+// `peaks` and `capacities` add their columns when given (a capacity of 0 prints "-"); a planned
+// figure above its capacity is marked "does not fit".
+std::string FormatTierTable(const MemoryPlan& plan, const std::optional<TierBytes>& peaks = {},
+                            const std::optional<TierBytes>& capacities = {});
+// The items, largest first, one line each ("device  256 MiB  fp32 gradients"), then the notes.
+std::string FormatPlanItems(const MemoryPlan& plan);
+
+// The first tier whose planned bytes pass its capacity (capacity 0 = not limited), if any.
+std::optional<PlanTier> FirstTierThatDoesNotFit(const MemoryPlan& plan,
+                                                const TierBytes& capacities);
+
+// Ok if every tier fits; else OutOfMemory "engine memory plan does not fit: device needs X of
+// Y" followed by the per-tier table and the items (what it needed). For Engine::Initialize:
+// capacities = {device MemoryStats().capacity_bytes, cpu TierBudget limit (0 if unlimited),
+// 0, 0}.
+Status CheckPlanFits(const MemoryPlan& plan, const TierBytes& capacities);
+
+}  // namespace strata

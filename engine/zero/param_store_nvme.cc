@@ -1,0 +1,539 @@
+// ParamStore on NVMe (offload_param.device = nvme) through swap/ParamSwapper: one swap tensor per
+// parameter shard, read into the swapper's buffer_count x buffer_size pinned buffers when a
+// gather needs it (or earlier, on Prefetch), released lazily once the stream that read it has
+// passed (Note [Lazy release]); written back asynchronously (Note [Asynchronous write-back]).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+#include "engine/zero/param_store.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kSwapAlign = 4096;  // SwapSpace extents
+
+// Note [Lazy release]
+// Done(i, stream) does not free i's buffer range: the copy that reads it may still be queued on
+// `stream`. It records an event there and keeps the range as a cache (a parameter gathered again
+// soon, e.g. the last layers of forward at the start of backward, needs no read). Ranges are
+// given back only when a read or allocation finds the buffers full: first those whose event has
+// completed (oldest first, without blocking), then, only if none has, by waiting for the oldest
+// event; as a last resort a prefetched shard nobody has acquired yet is dropped (newest first:
+// the furthest from use). Prefetch never waits: it takes completed ranges only and otherwise
+// stops issuing reads. So the gather path blocks only when the buffers are truly exhausted.
+
+// Note [Asynchronous write-back]
+// Write copies the new values into swap buffers (so the caller's source may change at once),
+// starts the writes and returns. A write stays in flight, holding its buffer, until something
+// needs it finished: an Acquire of that shard (it waits for the write, then reads the shard as
+// usual), a later Write of it, a read or allocation that finds the buffers full (the oldest write
+// is finished first), Drain (checkpoints), or the destructor. A write that failed fails the call
+// that finished it, with the swap file and offset in the message; the swapper keeps that shard's
+// buffer (the only copy of its values).
+
+class NvmeParamStore final : public ParamStore {
+ public:
+  explicit NvmeParamStore(const ParamStoreOptions& o) : ParamStore(o) {}
+
+  ~NvmeParamStore() override {
+    // Writes in flight first (their errors have no caller left), events (they name the device),
+    // then the swapper (waits for its I/O), then the aio handle it uses.
+    FlushWrites().IgnoreError();
+    done_.clear();
+    free_events_.clear();
+    swapper_.reset();
+    own_aio_.reset();
+  }
+
+  Status Init() {
+    const ParamStoreOptions& o = options_;
+    ebytes_ = DTypeBytes(o.dtype);
+    ParamSwapperOptions so = o.swapper;
+    so.element_bytes = ebytes_;
+    so.device = o.device;
+    so.budget = o.budget;
+    AioHandle* aio = o.aio;
+    if (aio == nullptr) {
+      auto h = AioHandle::Create(o.aio_options);
+      if (!h.ok()) return h.status().WithContext("offload_param nvme: aio handle");
+      own_aio_ = std::move(h).value();
+      aio = own_aio_.get();
+    }
+    auto sw = ParamSwapper::Create(so, aio);
+    if (!sw.ok()) return sw.status().WithContext("offload_param nvme");
+    swapper_ = std::move(sw).value();
+    const std::vector<ShardSlice>& slices = o.layout->slices();
+    slots_.resize(slices.size());
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const size_t n = slices[i].shard_numel;
+      if (n == 0) continue;
+      Status st = swapper_->Register(static_cast<ParamId>(i), n);
+      if (!st.ok()) {
+        return st.WithContext("offload_param nvme: parameter shard " + std::to_string(i) + " (" +
+                              FormatBytes(n * ebytes_) + ")");
+      }
+      Slot& s = slots_[i];
+      s.registered = true;
+      s.in_cpu = !swapper_->on_nvme(static_cast<ParamId>(i));
+      if (s.in_cpu) {
+        cpu_kept_bytes_ += n * ebytes_;
+        // ParamSwapper's CPU storage starts zeroed (a vector): already "written".
+        s.written = true;
+      } else {
+        nvme_bytes_ += (n * ebytes_ + kSwapAlign - 1) / kSwapAlign * kSwapAlign;
+      }
+    }
+    return Status::Ok();
+  }
+
+  void* flat() const override { return nullptr; }
+
+  // Note [Shared CPU shards]: the engine's updated-parameter staging (param_copy) is the flat
+  // partition the optimizer writes the new parameters into; the shards within max_in_cpu then
+  // had a second copy here, refreshed by a memcpy of every updated element at each step (from
+  // the engine thread, during backward with the overlapped step: ~16 ms a step of the balanced
+  // bench/overlap, 135 MB). Moved into that flat array, a shard is the staging range itself and
+  // its Write copies nothing. What makes it safe: the staging only ever holds the parameters the
+  // store is about to hold (an update, a restore from a kept copy, a load), and an update runs
+  // only once a shard's last use of the pass has passed (its gradient is complete).
+  Status ShareCpuFlat(void* flat) override {
+    std::lock_guard lock(mu_);
+    const std::vector<ShardSlice>& slices = options_.layout->slices();
+    auto* base = static_cast<uint8_t*>(flat);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.registered || !s.in_cpu) continue;
+      if (s.state != State::kIdle) {
+        return FailedPreconditionError(Where(i, "share CPU storage") + ": the shard is in use");
+      }
+      STRATA_RETURN_IF_ERROR(swapper_->AdoptCpuStorage(static_cast<ParamId>(i),
+                                                       base + slices[i].flat_offset * ebytes_));
+    }
+    cpu_kept_bytes_ = 0;  // the flat array's owner counts them
+    return Status::Ok();
+  }
+
+  Status Prefetch(std::span<const size_t> params) override {
+    std::lock_guard lock(mu_);
+    for (size_t i : params) {
+      STRATA_RETURN_IF_ERROR(Check(i));
+      Slot& s = slots_[i];
+      if (!s.registered || s.in_cpu || s.state != State::kIdle) continue;
+      if (!s.written) continue;  // nothing on NVMe yet: Acquire zero-fills
+      const ParamId id = static_cast<ParamId>(i);
+      Status st = swapper_->SwapIn({&id, 1});
+      while (st.code() == StatusCode::kOutOfMemory) {
+        if (!ReclaimCompleted()) {
+          if (writing_.empty()) break;
+          // The last step's write-back left writes in flight holding the buffers: finish the
+          // oldest (it has had the longest; its error, if any, is the step's to report).
+          STRATA_RETURN_IF_ERROR(FlushOne(writing_.front()));
+        }
+        st = swapper_->SwapIn({&id, 1});
+      }
+      // Prefetch is best effort: with the buffers full of shards still in use it stops issuing
+      // reads (Acquire reads what is missing); only a real failure is an error.
+      if (st.code() == StatusCode::kOutOfMemory) return Status::Ok();
+      STRATA_RETURN_IF_ERROR(st.WithContext(Where(i, "prefetch")));
+      s.state = State::kPrefetched;
+      prefetched_.push_back(i);
+    }
+    return Status::Ok();
+  }
+
+  Result<ShardView> Acquire(size_t param) override {
+    std::lock_guard lock(mu_);
+    STRATA_RETURN_IF_ERROR(Check(param));
+    Slot& s = slots_[param];
+    if (!s.registered) return ShardView{&zero_, true};
+    const ParamId id = static_cast<ParamId>(param);
+    switch (s.state) {
+      case State::kAcquired:
+        ++s.acquired;
+        return ShardView{s.data, true};
+      case State::kDone:  // still in its buffer (Note [Lazy release])
+        DropDoneEntry(param);
+        s.state = State::kAcquired;
+        s.acquired = 1;
+        return ShardView{s.data, true};
+      case State::kWriting:  // its write-back is in flight: finish it, then read as usual
+        STRATA_RETURN_IF_ERROR(FlushOne(param));
+        if (!s.written) {
+          STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return AllocateZeroed(param); }));
+          break;
+        }
+        STRATA_RETURN_IF_ERROR(WithRoom(param, [&] {
+                                 return swapper_->SwapIn({&id, 1});
+                               }).WithContext(Where(param, "read")));
+        break;
+      case State::kPrefetched:
+        Unprefetch(param);
+        break;
+      case State::kIdle:
+        if (s.in_cpu) break;
+        if (!s.written) {
+          STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return AllocateZeroed(param); }));
+          break;
+        }
+        STRATA_RETURN_IF_ERROR(WithRoom(param, [&] {
+                                 return swapper_->SwapIn({&id, 1});
+                               }).WithContext(Where(param, "read")));
+        break;
+    }
+    s.state = State::kIdle;  // until the read is known to be good
+    if (!s.in_cpu) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = swapper_->WaitIn({&id, 1});
+      read_wait_ms_ +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      STRATA_RETURN_IF_ERROR(st.WithContext(Where(param, "read")));
+    }
+    STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> data, swapper_->Data(id));
+    s.data = data.data();
+    s.state = State::kAcquired;
+    s.acquired = 1;
+    return ShardView{s.data, true};
+  }
+
+  Status Done(size_t param, const Stream& stream) override {
+    std::lock_guard lock(mu_);
+    STRATA_RETURN_IF_ERROR(Check(param));
+    Slot& s = slots_[param];
+    if (!s.registered) return Status::Ok();
+    if (s.state != State::kAcquired || s.acquired <= 0) {
+      return FailedPreconditionError(Where(param, "done") + ": it is not acquired");
+    }
+    if (--s.acquired > 0) return Status::Ok();
+    if (s.in_cpu) {  // CPU-kept shards never move: nothing to release
+      s.state = State::kIdle;
+      return Status::Ok();
+    }
+    Event ev;
+    if (!free_events_.empty()) {
+      ev = std::move(free_events_.back());
+      free_events_.pop_back();
+    } else {
+      STRATA_ASSIGN_OR_RETURN(ev, options_.device->CreateEvent({.timing = false}));
+    }
+    STRATA_RETURN_IF_ERROR(ev.Record(stream).WithContext(Where(param, "done")));
+    s.state = State::kDone;
+    done_.push_back({param, ++s.seq, std::move(ev)});
+    return Status::Ok();
+  }
+
+  Status Write(size_t flat_begin, const void* src, size_t numel, const Stream&) override {
+    std::lock_guard lock(mu_);
+    const size_t flat_end = flat_begin + numel;
+    if (flat_end > options_.layout->partition_numel()) {
+      return InvalidArgumentError("offload_param nvme: write of [" + std::to_string(flat_begin) +
+                                  ", " + std::to_string(flat_end) + ") past the partition's " +
+                                  std::to_string(options_.layout->partition_numel()) + " elements");
+    }
+    const uint8_t* in = static_cast<const uint8_t*>(src);
+    const std::vector<ShardSlice>& slices = options_.layout->slices();
+    Status first;
+    for (size_t i = 0; i < slices.size() && first.ok(); ++i) {
+      const ShardSlice& sl = slices[i];
+      const size_t b = std::max(flat_begin, sl.flat_offset);
+      const size_t e = std::min(flat_end, sl.flat_offset + sl.shard_numel);
+      if (!slots_[i].registered || b >= e) continue;
+      first = WriteOne(i, b - sl.flat_offset, e - b, in + (b - flat_begin) * ebytes_);
+    }
+    // `src` was copied into the swap buffers: the writes finish later (Note [Asynchronous
+    // write-back]).
+    return first;
+  }
+
+  Status Drain() override {
+    std::lock_guard lock(mu_);
+    return FlushWrites();
+  }
+
+  uint64_t device_bytes() const override { return 0; }
+  uint64_t cpu_bytes() const override {
+    return swapper_->stats().buffer_bytes_capacity + cpu_kept_bytes_;
+  }
+  uint64_t nvme_bytes() const override { return nvme_bytes_; }
+  uint64_t nvme_read_bytes() const override { return swapper_->stats().bytes_read; }
+  uint64_t nvme_write_bytes() const override { return swapper_->stats().bytes_written; }
+  void AddTo(StepBreakdown* b) override {
+    std::lock_guard lock(mu_);
+    const ParamSwapperStats st = swapper_->stats();
+    b->nvme_read_bytes += st.bytes_read - reported_read_;
+    b->nvme_write_bytes += st.bytes_written - reported_written_;
+    b->io_wait_ms += read_wait_ms_;
+    reported_read_ = st.bytes_read;
+    reported_written_ = st.bytes_written;
+    read_wait_ms_ = 0;
+  }
+
+ private:
+  // kIdle: on NVMe only (or CPU-kept, not acquired). kPrefetched: a read issued, not acquired.
+  // kAcquired: in use by gathers. kDone: in its buffer, waiting for its event (done_).
+  // kWriting: a swap-out in flight (writing_).
+  enum class State { kIdle, kPrefetched, kAcquired, kDone, kWriting };
+  struct Slot {
+    bool registered = false;  // shard_numel > 0
+    bool in_cpu = false;      // within max_in_cpu: kept in CPU memory by the swapper
+    bool written = false;     // NVMe holds its bytes (an unwritten shard reads as zeros)
+    State state = State::kIdle;
+    int acquired = 0;
+    uint64_t seq = 0;  // bumped on every kDone entry and re-acquire: stale done_ entries
+    const uint8_t* data = nullptr;
+  };
+  struct DoneEntry {
+    size_t param;
+    uint64_t seq;
+    Event event;
+  };
+
+  Status Check(size_t param) const {
+    if (param >= slots_.size()) {
+      return InvalidArgumentError("offload_param nvme: no parameter " + std::to_string(param) +
+                                  " (the layout has " + std::to_string(slots_.size()) + ")");
+    }
+    return Status::Ok();
+  }
+
+  std::string Where(size_t param, const char* what) const {
+    return "offload_param nvme: " + std::string(what) + " of parameter shard " +
+           std::to_string(param);
+  }
+
+  Status AllocateZeroed(size_t param) {
+    const ParamId id = static_cast<ParamId>(param);
+    STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Allocate(id));
+    std::memset(buf.data(), 0, buf.size());
+    return Status::Ok();
+  }
+
+  void Unprefetch(size_t param) {
+    auto it = std::find(prefetched_.begin(), prefetched_.end(), param);
+    if (it != prefetched_.end()) prefetched_.erase(it);
+  }
+
+  // Gives the buffer range of a kDone shard back (its event must have completed).
+  Status ReleaseDone(DoneEntry& d) {
+    free_events_.push_back(std::move(d.event));
+    Slot& s = slots_[d.param];
+    s.state = State::kIdle;
+    s.data = nullptr;
+    const ParamId id = static_cast<ParamId>(d.param);
+    return swapper_->Release({&id, 1}).WithContext(Where(d.param, "release"));
+  }
+
+  // Takes kDone shard `param`'s entry out of done_ (newest first: a shard gathered again is
+  // usually one done recently), recycling its event; `wait`: after the event completes (the
+  // buffer is about to change). Its buffer stays allocated.
+  void DropDoneEntry(size_t param, bool wait = false) {
+    for (auto it = done_.rbegin(); it != done_.rend(); ++it) {
+      if (it->param != param || !Live(*it)) continue;
+      if (wait) it->event.Synchronize().IgnoreError();  // a stream error surfaces at its sync
+      free_events_.push_back(std::move(it->event));
+      done_.erase(std::next(it).base());
+      break;
+    }
+    ++slots_[param].seq;  // any entry left is stale
+  }
+
+  bool Live(const DoneEntry& d) const {
+    const Slot& s = slots_[d.param];
+    return s.state == State::kDone && s.seq == d.seq;
+  }
+
+  // Frees the range of the oldest kDone shard whose event has completed. Never blocks.
+  bool ReclaimCompleted() {
+    for (auto it = done_.begin(); it != done_.end();) {
+      if (!Live(*it)) {
+        free_events_.push_back(std::move(it->event));
+        it = done_.erase(it);
+        continue;
+      }
+      Result<bool> ready = it->event.Query();
+      // A failed stream: the copy is not going to read the buffer any more either.
+      if (!ready.ok() || *ready) {
+        DoneEntry d = std::move(*it);
+        done_.erase(it);
+        ReleaseDone(d).IgnoreError();  // a kDone shard has no I/O in flight
+        return true;
+      }
+      ++it;
+    }
+    return false;
+  }
+
+  // Frees some buffer range, blocking if it must (Note [Lazy release]); false if every range
+  // holds an acquired shard (or `keep`).
+  Result<bool> MakeRoom(size_t keep) {
+    if (!writing_.empty()) {  // the oldest write has had the longest to finish
+      STRATA_RETURN_IF_ERROR(FlushOne(writing_.front()));
+      return true;
+    }
+    if (ReclaimCompleted()) return true;
+    while (!done_.empty()) {
+      DoneEntry d = std::move(done_.front());
+      done_.pop_front();
+      if (!Live(d)) {
+        free_events_.push_back(std::move(d.event));
+        continue;
+      }
+      d.event.Synchronize().IgnoreError();  // a stream error surfaces at the stream's sync
+      STRATA_RETURN_IF_ERROR(ReleaseDone(d));
+      return true;
+    }
+    for (auto it = prefetched_.rbegin(); it != prefetched_.rend(); ++it) {
+      const size_t p = *it;
+      if (p == keep) continue;
+      prefetched_.erase(std::next(it).base());
+      slots_[p].state = State::kIdle;
+      const ParamId id = static_cast<ParamId>(p);
+      // Waits for the read; a failed read is dropped with the buffer (Acquire reads again).
+      swapper_->Release({&id, 1}).IgnoreError();
+      return true;
+    }
+    return false;
+  }
+
+  // Runs `fn` (a swapper call that needs buffer room) until it does not fail for lack of room.
+  template <typename Fn>
+  Status WithRoom(size_t param, Fn fn) {
+    for (;;) {
+      Status st = fn();
+      if (st.code() != StatusCode::kOutOfMemory) return st;
+      STRATA_ASSIGN_OR_RETURN(bool freed, MakeRoom(param));
+      if (!freed) {
+        return st.WithContext(
+            Where(param, "buffer") +
+            ": every offload_param swap buffer holds an acquired shard (raise "
+            "offload_param.buffer_count or buffer_size, or lower stage3_max_live_parameters)");
+      }
+    }
+  }
+
+  // Copies `count` elements from `src` into shard `param` at element `offset` and starts writing
+  // the shard (finished by FlushOne: from Acquire, MakeRoom, Prefetch, Write or Drain).
+  Status WriteOne(size_t param, size_t offset, size_t count, const uint8_t* src) {
+    Slot& s = slots_[param];
+    const ParamId id = static_cast<ParamId>(param);
+    const bool whole = offset == 0 && count == options_.layout->slices()[param].shard_numel;
+    switch (s.state) {
+      case State::kAcquired:
+        return FailedPreconditionError(Where(param, "write") + ": the shard is acquired");
+      case State::kWriting:  // written again: its previous write finishes first
+        STRATA_RETURN_IF_ERROR(FlushOne(param));
+        break;
+      case State::kDone:
+        DropDoneEntry(param, /*wait=*/true);
+        s.state = State::kIdle;
+        // Its buffer is still allocated and holds the current bytes: Allocate returns it.
+        STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+        return StartWrite(param);
+      case State::kPrefetched: {
+        Unprefetch(param);
+        s.state = State::kIdle;
+        Status st = swapper_->WaitIn({&id, 1});
+        if (!st.ok()) {
+          // A whole-shard write does not need the old bytes: drop them (the buffer is gone).
+          if (!whole) return st.WithContext(Where(param, "read before a partial write"));
+          break;
+        }
+        STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+        return StartWrite(param);
+      }
+      case State::kIdle:
+        break;
+    }
+    if (s.in_cpu) {
+      STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+      return Status::Ok();
+    }
+    if (whole || !s.written) {
+      STRATA_RETURN_IF_ERROR(WithRoom(param, [&]() -> Status {
+        STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Allocate(id));
+        if (!whole) std::memset(buf.data(), 0, buf.size());
+        return Status::Ok();
+      }));
+    } else {  // a partial write keeps the other elements: read them first
+      STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return swapper_->SwapIn({&id, 1}); }));
+      STRATA_RETURN_IF_ERROR(
+          swapper_->WaitIn({&id, 1}).WithContext(Where(param, "read before a partial write")));
+    }
+    STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+    return StartWrite(param);
+  }
+
+  Status WriteInto(size_t param, size_t offset, size_t count, const uint8_t* src) {
+    STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Data(static_cast<ParamId>(param)));
+    uint8_t* dst = buf.data() + offset * ebytes_;
+    if (dst != src) std::memcpy(dst, src, count * ebytes_);  // Note [Shared CPU shards]
+    return Status::Ok();
+  }
+
+  Status StartWrite(size_t param) {
+    const ParamId id = static_cast<ParamId>(param);
+    Status st = swapper_->SwapOut({&id, 1});
+    if (!st.ok()) {
+      // The new bytes are only in the buffer; keep it (Release would drop them).
+      return st.WithContext(Where(param, "write"));
+    }
+    slots_[param].state = State::kWriting;
+    writing_.push_back(param);
+    return Status::Ok();
+  }
+
+  // Waits for shard `param`'s write in flight and gives its buffer back; its error if it failed
+  // (the swapper then keeps that shard's buffer: it holds the only copy).
+  Status FlushOne(size_t param) {
+    auto it = std::find(writing_.begin(), writing_.end(), param);
+    if (it == writing_.end()) return Status::Ok();
+    writing_.erase(it);
+    const ParamId id = static_cast<ParamId>(param);
+    Status st = swapper_->Release({&id, 1});
+    slots_[param].state = State::kIdle;
+    slots_[param].data = nullptr;
+    if (!st.ok()) return st.WithContext(Where(param, "write"));
+    slots_[param].written = true;
+    return Status::Ok();
+  }
+
+  // Finishes every write in flight; the first error is returned.
+  Status FlushWrites() {
+    Status first;
+    while (!writing_.empty()) {
+      Status st = FlushOne(writing_.front());
+      if (first.ok()) first = st;
+    }
+    return first;
+  }
+
+  size_t ebytes_ = 4;
+  uint64_t cpu_kept_bytes_ = 0;
+  uint64_t nvme_bytes_ = 0;
+  uint64_t reported_read_ = 0, reported_written_ = 0;  // swapper stats at the last AddTo
+  double read_wait_ms_ = 0;                            // Acquire waiting for reads since then
+  uint8_t zero_ = 0;                                   // what a zero-sized shard's view points at
+  std::unique_ptr<AioHandle> own_aio_;
+  std::unique_ptr<ParamSwapper> swapper_;
+  std::mutex mu_;  // one thread drives the store; the lock makes a stray second one safe
+  std::vector<Slot> slots_;
+  std::deque<DoneEntry> done_;      // kDone shards, oldest first (entries may be stale)
+  std::vector<size_t> prefetched_;  // kPrefetched shards, oldest first
+  std::deque<size_t> writing_;      // kWriting shards, oldest first
+  std::vector<Event> free_events_;  // recycled: Done does not create one per gather
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ParamStore>> CreateNvmeParamStore(const ParamStoreOptions& options) {
+  auto store = std::make_unique<NvmeParamStore>(options);
+  STRATA_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<ParamStore>(std::move(store));
+}
+
+}  // namespace strata
