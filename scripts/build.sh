@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Configures and builds Strata into $1 (default build/) with extra CMake args after it.
+# Configures and builds Strata into DIR (default build/): every target, or only those named with
+# --target (repeatable, before the CMake arguments); extra CMake arguments follow.
+#
+#   scripts/build.sh [DIR] [--target NAME]... [CMAKE_ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
+targets=()
+while [[ ${1:-} == --target ]]; do
+  targets+=(--target "${2:?--target needs a target name}")
+  shift 2
+done
 launcher=()
 # ccache makes the second and later build trees (sanitizer trees, a clean clone) much cheaper.
 if command -v ccache >/dev/null; then
@@ -13,4 +21,5 @@ fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >"$dir.configure.log" 2>&1 ||
   { cat "$dir.configure.log"; exit 1; }
 grep -E "^-- Strata" "$dir.configure.log" || true
-cmake --build "$dir" -j "$(nproc)"
+# Ninja's [done/total] line is the build's progress.
+cmake --build "$dir" -j "$(nproc)" "${targets[@]}"

@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Strata needs, only those missing. Idempotent.
-# curl + xz-utils fetch the oneTBB source for the TSan build (scripts/build_tsan_tbb.sh).
+#
+#   scripts/install_deps.sh            what building and running `strata` needs (scripts/run.sh)
+#   scripts/install_deps.sh --tests    that plus what the test suite, the benchmarks, the Python
+#                                      package and the multi-rank runs need (scripts/test.sh)
+#
+# Main: the compiler and build tools, and the libraries the `strata` program links (liburing,
+# libaio, hwloc, oneTBB, nlohmann-json, OpenBLAS, xxHash). OpenMPI is not among them: without it
+# `strata` has the local communicator only (one process; `strata launch` needs --tests' packages).
+# --tests adds GoogleTest, Google Benchmark, OpenMPI, fio, clang-format, ccache, PyTorch/NumPy and
+# pybind11 (the references and the Python package), git, and curl + xz-utils (they fetch the
+# oneTBB source for the TSan build, scripts/build_tsan_tbb.sh).
 # CUDA 13 + NCCL are optional and expected under /usr/local/cuda (not installed here).
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config git clang-format
-      liburing-dev libaio-dev libhwloc-dev libtbb-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-      libopenblas-dev libxxhash-dev fio curl xz-utils ccache
-      python3 python3-dev python3-torch python3-numpy pybind11-dev python3-pybind11)
+main_pkgs=(build-essential cmake ninja-build pkg-config
+           liburing-dev libaio-dev libhwloc-dev libtbb-dev nlohmann-json3-dev
+           libopenblas-dev libxxhash-dev)
+test_pkgs=(git clang-format libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+           fio curl xz-utils ccache
+           python3 python3-dev python3-torch python3-numpy pybind11-dev python3-pybind11)
+pkgs=("${main_pkgs[@]}")
+case "${1:-}" in
+  "") ;;
+  --tests) pkgs+=("${test_pkgs[@]}") ;;
+  *) echo "install_deps: unknown argument '$1' (allowed: none for the main job, --tests)" >&2
+     exit 64 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,5 +35,7 @@ if ((${#missing[@]})); then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # apt's own progress (one line per package fetched and unpacked) shows the install is moving.
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends \
+    -o Dpkg::Progress-Fancy=0 "${missing[@]}"
 fi
