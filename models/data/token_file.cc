@@ -137,6 +137,17 @@ Result<TokenFile> TokenFile::Open(const std::string& path, TokenFormat format) {
   return f;
 }
 
+Result<TokenFile> TokenFile::FromText(std::string name, std::string_view text) {
+  if (text.empty()) return DataLossError("token text " + name + " is empty");
+  TokenFile f;
+  f.path_ = std::move(name);
+  f.format_ = TokenFormat::kBytes;
+  f.ids_ = reinterpret_cast<const unsigned char*>(text.data());
+  f.id_bytes_ = 1;
+  f.num_tokens_ = static_cast<int64_t>(text.size());
+  return f;
+}
+
 uint32_t TokenFile::operator[](int64_t i) const {
   const unsigned char* p = ids_ + static_cast<size_t>(i) * id_bytes_;
   switch (id_bytes_) {

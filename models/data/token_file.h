@@ -37,6 +37,9 @@ class TokenFile {
   // count that disagrees with the file size, a size that is not a whole number of ids, or an
   // empty file. The format must be kLlmc only when the magic is there (InvalidArgument).
   static Result<TokenFile> Open(const std::string& path, TokenFormat format = TokenFormat::kAuto);
+  // Byte-level text held in memory that outlives the TokenFile (a text built into a program);
+  // `name` stands for path() in messages. DataLoss if `text` is empty.
+  static Result<TokenFile> FromText(std::string name, std::string_view text);
 
   TokenFile(TokenFile&& o) noexcept;
   TokenFile& operator=(TokenFile&& o) noexcept;
@@ -61,7 +64,7 @@ class TokenFile {
 
   std::string path_;
   TokenFormat format_ = TokenFormat::kAuto;
-  const unsigned char* map_ = nullptr;
+  const unsigned char* map_ = nullptr;  // null when the ids are not mapped here (FromText)
   size_t map_bytes_ = 0;
   const unsigned char* ids_ = nullptr;
   size_t id_bytes_ = 1;

@@ -1,15 +1,13 @@
 #include "tools/strata/train/cmd_train_setup.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "models/llama/llama_init.h"
 #include "nn/io/safetensors.h"
+#include "tools/strata/train/shipped_text.h"
 
 namespace strata::cli {
 
@@ -27,24 +25,8 @@ Result<ParamInitFn> CheckpointInit(const std::string& model_dir) {
   });
 }
 
-Result<std::string> ShippedTextPath() {
-  namespace fs = std::filesystem;
-  const fs::path rel = fs::path("models") / "data" / "text" / "shakespeare.txt";
-  std::vector<fs::path> starts;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) starts.push_back(exe.parent_path());
-  starts.push_back(fs::current_path(ec));
-  std::string looked;
-  for (const fs::path& start : starts) {
-    for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-      if (fs::exists(dir / rel, ec)) return (dir / rel).string();
-      if (dir == dir.parent_path()) break;
-    }
-    looked += (looked.empty() ? "" : " and ") + start.string();
-  }
-  return NotFoundError("the shipped training text " + rel.string() + " was not found above " +
-                       looked + "; pass --data FILE");
+Result<data::TokenFile> ShippedText() {
+  return data::TokenFile::FromText(std::string(kShippedTextName), kShippedText);
 }
 
 }  // namespace strata::cli

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "models/data/token_file.h"
 
 namespace strata::cli {
 
@@ -20,9 +21,9 @@ ParamInitFn RandomInit(uint64_t seed);
 // to fp32. NotFound naming the directory if it holds no safetensors.
 Result<ParamInitFn> CheckpointInit(const std::string& model_dir);
 
-// The text file the project ships (models/data/text/shakespeare.txt), searched for upwards from
-// the executable's directory, then from the working directory. NotFound naming where it looked.
-Result<std::string> ShippedTextPath();
+// The text the project ships (models/data/text/shakespeare.txt), built into strata
+// (shipped_text.h): the training data when --data is not given.
+Result<data::TokenFile> ShippedText();
 
 // The first sample index of micro-batch `micro_index` on `rank`: ranks take disjoint, interleaved
 // blocks of `micro_batch` samples.
