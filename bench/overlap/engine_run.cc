@@ -7,11 +7,18 @@
 
 #include "bench/overlap/bound_parts.h"
 #include "engine/comm/registry.h"
+#include "engine/plan/run_memory.h"
+#include "models/llama/llama_footprint.h"
 #include "models/llama/llama_init.h"
 #include "offload/device/registry.h"
-#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::bench {
+
+Result<MemoryPlan> PlanLlamaRun(const llama::LlamaConfig& model, const Config& config,
+                                int64_t seq_len) {
+  return PlanEngineMemory(llama::LlamaFootprint(model, config.batch.micro_batch_per_gpu, seq_len),
+                          config, PlanOptions{});
+}
 
 Result<std::unique_ptr<EngineRun>> EngineRun::Create(const EngineRunOptions& o) {
   std::unique_ptr<EngineRun> r(new EngineRun());
@@ -21,7 +28,7 @@ Result<std::unique_ptr<EngineRun>> EngineRun::Create(const EngineRunOptions& o) 
   run.hidden_size = o.model.hidden_size;
   STRATA_ASSIGN_OR_RETURN(r->config_, LoadConfigText(o.config_json, o.name, run));
   const Config& c = r->config_;
-  STRATA_ASSIGN_OR_RETURN(r->plan_, cli::PlanTrainRun(o.model, c, 1, 0, o.seq_len));
+  STRATA_ASSIGN_OR_RETURN(r->plan_, PlanLlamaRun(o.model, c, o.seq_len));
 
   DeviceOptions dev;
   dev.host.memory_bytes = c.strata.device_memory_bytes;
@@ -29,9 +36,8 @@ Result<std::unique_ptr<EngineRun>> EngineRun::Create(const EngineRunOptions& o) 
   dev.host.populate_memory = false;
   STRATA_ASSIGN_OR_RETURN(r->device_, CreateDevice(dev));
   TierBudget unlimited;
-  STRATA_RETURN_IF_ERROR(
-      cli::CheckTrainRunFits(r->plan_, *r->device_, o.budget ? *o.budget : unlimited)
-          .WithContext(o.name));
+  STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan_, *r->device_, o.budget ? *o.budget : unlimited)
+                             .WithContext(o.name));
   CommOptions co;
   co.backend = CommBackend::kLocal;
   STRATA_ASSIGN_OR_RETURN(r->comm_, CreateCommunicator(co));

@@ -20,6 +20,11 @@
 
 namespace strata::bench {
 
+// The engine's memory plan of a one-rank Llama run at `seq_len` (the model's footprint,
+// models/llama/llama_footprint.h, under `config`), as `strata train` plans it.
+Result<MemoryPlan> PlanLlamaRun(const llama::LlamaConfig& model, const Config& config,
+                                int64_t seq_len);
+
 struct EngineRunOptions {
   std::string name;  // for messages: "overlapped", "serial"
   llama::LlamaConfig model;

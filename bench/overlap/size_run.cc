@@ -10,7 +10,6 @@
 #include "bench/overlap/bound_parts.h"
 #include "bench/overlap/engine_run.h"
 #include "bench/overlap/phase_floor.h"
-#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::bench {
 namespace {
@@ -87,7 +86,7 @@ Result<uint64_t> DeviceBytes(const SizeOptions& o, bool* raised) {
   run.hidden_size = o.model.hidden_size;
   STRATA_ASSIGN_OR_RETURN(Config c,
                           LoadConfigText(ConfigJson(o, {true, "nvme"}, want, "/tmp"), "plan", run));
-  STRATA_ASSIGN_OR_RETURN(MemoryPlan plan, cli::PlanTrainRun(o.model, c, 1, 0, o.seq));
+  STRATA_ASSIGN_OR_RETURN(MemoryPlan plan, PlanLlamaRun(o.model, c, o.seq));
   const uint64_t need = plan.bytes(PlanTier::kDevice) * 11 / 10 + (uint64_t{4} << 20);
   *raised = need > want;
   return std::max(want, need) / 4096 * 4096 + 4096;

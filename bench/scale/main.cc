@@ -39,7 +39,7 @@
 
 #include "bench/overlap/engine_run.h"
 #include "core/flags.h"
-#include "tools/strata/train/cmd_train_memory.h"
+#include "engine/plan/run_memory.h"
 
 namespace strata::bench {
 namespace {
@@ -111,14 +111,14 @@ Result<MemoryPlan> Plan(const Options& o, const llama::LlamaConfig& mc, const st
   run.hidden_size = mc.hidden_size;
   STRATA_ASSIGN_OR_RETURN(Config c,
                           LoadConfigText(ConfigJson(o, pd, dir, device_bytes), "scale", run));
-  return cli::PlanTrainRun(mc, c, 1, 0, o.seq);
+  return PlanLlamaRun(mc, c, o.seq);
 }
 
 int Run(Options o) {
   namespace fs = std::filesystem;
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
-  const cli::MemoryBaseline base = cli::MemoryBaseline::Take();
+  const MemoryBaseline base = MemoryBaseline::Take();
   llama::LlamaConfig mc;
   mc.hidden_size = o.hidden;
   mc.num_hidden_layers = o.layers;
@@ -213,11 +213,11 @@ int Run(Options o) {
     breakdowns.push_back(json::parse(last.ToJson()));
     if (!o.json) {
       std::printf("  step %lld loss %.4f %.1f s  rss %.2f GiB\n    %s\n", static_cast<long long>(s),
-                  r->loss, r->total_s, Gib(cli::CurrentRssBytes()), last.ToString().c_str());
+                  r->loss, r->total_s, Gib(CurrentRssBytes()), last.ToString().c_str());
       std::fflush(stdout);
     }
   }
-  const uint64_t peak_rss = cli::PeakRssBytes();
+  const uint64_t peak_rss = PeakRssBytes();
   const TierStats cpu = budget.Stats(Tier::kCpu);
   const StepTraffic planned = run->plan().traffic;
   json out;

@@ -116,16 +116,6 @@ std::string_view PlanTierKey(PlanTier tier) {
   return "?";
 }
 
-uint64_t ModelShape::NumParameters() const {
-  return std::accumulate(param_numels.begin(), param_numels.end(), uint64_t{0});
-}
-
-uint64_t ModelShape::LargestParameter() const {
-  uint64_t m = 0;
-  for (uint64_t n : param_numels) m = std::max(m, n);
-  return m;
-}
-
 ModelShape ShapeFromNumels(std::vector<uint64_t> numels, std::string name) {
   ModelShape s;
   s.name = std::move(name);

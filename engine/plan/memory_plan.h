@@ -10,8 +10,8 @@
 // included (zero3_hooks.cc); NVMe placement is planned from the engine design (swap buffers and
 // the swap files) — Note [Stage 3 and NVMe plans] in memory_plan.cc.
 //
-// Model-agnostic: the model is a ModelShape (parameter numels, what its activations need); the
-// caller that knows the model family fills it (tools/strata/train/cmd_train_memory.h for Llama).
+// Model-agnostic: the model is a ModelShape (nn/modules/footprint.h: parameter numels, what its
+// activations need), which each model family reports (models/llama/llama_footprint.h).
 #pragma once
 
 #include <array>
@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "engine/config/config.h"
+#include "nn/modules/footprint.h"
 
 namespace strata {
 
@@ -40,34 +41,6 @@ std::string_view PlanTierKey(PlanTier tier);
 
 // Bytes per tier, indexed by PlanTier.
 using TierBytes = std::array<uint64_t, kNumPlanTiers>;
-
-// What one micro-batch's activations need (buffers the model allocates on its first Forward).
-struct ActivationBytes {
-  uint64_t device_bytes = 0;  // activations, their gradients, per-batch scratch
-  uint64_t pinned_bytes = 0;  // checkpoints kept in CPU memory (cpu_checkpointing)
-  uint64_t host_bytes = 0;    // pageable host staging of the batch (token ids, labels)
-};
-
-// A model as the planner sees it.
-struct ModelShape {
-  std::string name;  // for tables: "tiny", "7b", a directory
-  // Every parameter's element count, in the model's parameter order.
-  std::vector<uint64_t> param_numels;
-  // Stage 3 gathers a module's parameters together: the parameter count of each module that
-  // owns parameters directly (a decoder layer's q/k/v/o, a norm, ...). Empty: each parameter is
-  // its own module.
-  std::vector<uint64_t> module_numels;
-  // Device memory the model holds whatever the batch (e.g. RoPE tables).
-  uint64_t fixed_device_bytes = 0;
-  // One micro-batch (the caller's micro batch x sequence length), with and without activation
-  // checkpointing.
-  ActivationBytes activations;
-  ActivationBytes activations_checkpointed;
-  std::string activation_note;  // e.g. "micro batch 1 x seq 2048"
-
-  uint64_t NumParameters() const;
-  uint64_t LargestParameter() const;
-};
 
 struct PlanOptions {
   int world = 1;  // data-parallel ranks

@@ -21,8 +21,8 @@
 #include "engine/config/config.h"
 #include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_footprint.h"
 #include "tools/strata/subcommand.h"
-#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata::cli {
 namespace {
@@ -121,7 +121,8 @@ Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len
                                 " exceeds the model's max_position_embeddings " +
                                 std::to_string(c.max_position_embeddings));
   }
-  return LlamaModelShape(c, o.micro_batch, *seq_len, false, o.preset.empty() ? o.model : o.preset);
+  return llama::LlamaFootprint(c, o.micro_batch, *seq_len, false,
+                               o.preset.empty() ? o.model : o.preset);
 }
 
 struct Candidate {

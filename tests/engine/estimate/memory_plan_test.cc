@@ -15,10 +15,10 @@
 
 #include "engine/comm/registry.h"
 #include "engine/engine.h"
+#include "models/llama/llama_footprint.h"
 #include "models/llama/llama_model.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
-#include "tools/strata/train/cmd_train_memory.h"
 
 namespace strata {
 namespace {
@@ -106,7 +106,7 @@ TEST_P(PlanMatchesEngineTest, DeviceAndPinnedPeaksWithinTenPercent) {
   }
   ASSERT_TRUE(std::isfinite((*engine)->Loss().value()));
 
-  const ModelShape shape = cli::LlamaModelShape(model_config, batch, seq, false, c.preset);
+  const ModelShape shape = llama::LlamaFootprint(model_config, batch, seq, false, c.preset);
   PlanOptions po;
   const MemoryPlan plan = PlanEngineMemory(shape, config, po).value();
   const uint64_t device_peak = device->MemoryStats().peak_bytes;
@@ -197,7 +197,7 @@ TEST(MemoryPlanTest, RefusesBadWorldAndEmptyModels) {
 }
 
 TEST(MemoryPlanTest, CappedDeviceRefusesWithTheTable) {
-  const ModelShape shape = cli::LlamaModelShape(llama::LlamaPreset("tiny").value(), 2, 32);
+  const ModelShape shape = llama::LlamaFootprint(llama::LlamaPreset("tiny").value(), 2, 32);
   const MemoryPlan plan =
       PlanEngineMemory(shape, MakeConfig("\"stage\": 0", "fp32", 2), PlanOptions{}).value();
   TierBytes caps{};

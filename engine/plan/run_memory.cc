@@ -1,0 +1,66 @@
+#include "engine/plan/run_memory.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace strata {
+namespace {
+
+uint64_t ProcStatusBytes(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(f, line)) {
+    if (line.rfind(k, 0) == 0) return std::stoull(line.substr(k.size())) * 1024;  // "kB"
+  }
+  return 0;
+}
+
+}  // namespace
+
+MemoryBaseline MemoryBaseline::Take() {
+  // "5" resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0).
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+  return MemoryBaseline{CurrentRssBytes()};
+}
+
+uint64_t CurrentRssBytes() { return ProcStatusBytes("VmRSS"); }
+uint64_t PeakRssBytes() { return ProcStatusBytes("VmHWM"); }
+
+TierBytes MeasuredPeaks(const Device& device, const TierBudget& budget,
+                        const MemoryBaseline& baseline) {
+  TierBytes t{};
+  t[static_cast<size_t>(PlanTier::kDevice)] = device.MemoryStats().peak_bytes;
+  t[static_cast<size_t>(PlanTier::kPinnedCpu)] = budget.Stats(Tier::kCpu).peak_bytes;
+  t[static_cast<size_t>(PlanTier::kNvme)] = budget.Stats(Tier::kNvme).peak_bytes;
+  const uint64_t rss = PeakRssBytes();
+  uint64_t other = t[static_cast<size_t>(PlanTier::kPinnedCpu)];
+  if (device.kind() == DeviceKind::kHost) other += t[static_cast<size_t>(PlanTier::kDevice)];
+  const uint64_t growth = rss > baseline.rss_bytes ? rss - baseline.rss_bytes : 0;
+  t[static_cast<size_t>(PlanTier::kPageableCpu)] = growth > other ? growth - other : 0;
+  return t;
+}
+
+TierBytes RunCapacities(const Device& device, const TierBudget& budget) {
+  TierBytes t{};
+  t[static_cast<size_t>(PlanTier::kDevice)] = device.MemoryStats().capacity_bytes;
+  const uint64_t cpu = budget.Stats(Tier::kCpu).limit_bytes;
+  t[static_cast<size_t>(PlanTier::kPinnedCpu)] = cpu == TierBudget::kUnlimited ? 0 : cpu;
+  return t;
+}
+
+Status CheckTrainRunFits(const MemoryPlan& plan, const Device& device, const TierBudget& budget) {
+  Status s = CheckPlanFits(plan, RunCapacities(device, budget));
+  if (s.ok()) return s;
+  const std::string& m = s.message();
+  const size_t nl = m.find('\n');
+  if (nl == std::string::npos) return s;
+  std::fprintf(stderr, "%s", m.substr(nl + 1).c_str());
+  return OutOfMemoryError(m.substr(0, nl) + "; the per-tier table is above");
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+#include "models/llama/llama_footprint.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace strata::llama {
+namespace {
+
+// As the device arena rounds (DeviceArena::kAlignment).
+uint64_t Dev(uint64_t bytes) { return (std::max<uint64_t>(bytes, 1) + 255) / 256 * 256; }
+uint64_t Pinned(uint64_t bytes) {
+  const uint64_t a = bytes >= (uint64_t{2} << 20) ? (uint64_t{2} << 20) : 4096;
+  return (bytes + a - 1) / a * a;
+}
+
+// One micro-batch's buffers (llama_model.cc EnsureBuffers, llama_layers.cc AllocateActivations /
+// AllocateGrads, one RmsNorm rstd per norm), in bytes as allocated.
+ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, bool checkpointing,
+                                 bool cpu_checkpointing) {
+  const uint64_t n = b * s, h = static_cast<uint64_t>(c.hidden_size), f = 4;
+  const uint64_t kv = static_cast<uint64_t>(c.num_key_value_heads * c.head_dim());
+  const uint64_t in = static_cast<uint64_t>(c.intermediate_size);
+  const uint64_t v = static_cast<uint64_t>(c.vocab_size);
+  const uint64_t heads = static_cast<uint64_t>(c.num_attention_heads);
+  const uint64_t layers = static_cast<uint64_t>(c.num_hidden_layers);
+  const bool cpu_ckpt = checkpointing && cpu_checkpointing;
+  const uint64_t layer_acts =
+      5 * Dev(n * h * f) + 2 * Dev(n * kv * f) + Dev(b * heads * s * s * f) + 3 * Dev(n * in * f);
+  const uint64_t grads =
+      6 * Dev(n * h * f) + Dev(n * in * f) + 2 * Dev(n * kv * f) + Dev(s * s * f);
+  ActivationBytes a;
+  a.device_bytes += 3 * Dev(n * 4);                                // ids, labels, positions
+  a.device_bytes += (cpu_ckpt ? 2 : layers + 1) * Dev(n * h * f);  // hidden states
+  a.device_bytes += (checkpointing ? 1 : layers) * layer_acts;
+  a.device_bytes += grads;
+  a.device_bytes +=
+      Dev(n * h * f) + Dev(n * v * f) + Dev(n * f) + Dev(f);  // norm, logits, lse, loss
+  a.device_bytes += 3 * Dev(n * h * f);                       // d_final_norm, d_hidden x 2
+  a.device_bytes += (2 * layers + 1) * Dev(n * f);            // RmsNorm rstd
+  if (cpu_ckpt && layers > 0) a.pinned_bytes = Pinned(n * h * f) * layers;
+  a.host_bytes = 5 * n * 4;  // the model's ids / positions / labels, the loop's ids / labels
+  return a;
+}
+
+}  // namespace
+
+ModelShape LlamaFootprint(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len,
+                          bool cpu_checkpointing, std::string name) {
+  ModelShape m;
+  m.name = std::move(name);
+  const uint64_t h = static_cast<uint64_t>(c.hidden_size);
+  const uint64_t kv = static_cast<uint64_t>(c.num_key_value_heads * c.head_dim());
+  const uint64_t in = static_cast<uint64_t>(c.intermediate_size);
+  const uint64_t v = static_cast<uint64_t>(c.vocab_size);
+  const uint64_t q = static_cast<uint64_t>(c.num_attention_heads * c.head_dim());
+  m.param_numels.push_back(v * h);  // embed_tokens
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    // self_attn q, k, v, o; mlp gate, up, down; input_layernorm, post_attention_layernorm.
+    for (uint64_t n : {q * h, kv * h, kv * h, h * q, in * h, in * h, h * in, h, h}) {
+      m.param_numels.push_back(n);
+    }
+  }
+  m.param_numels.push_back(h);                                  // model.norm
+  if (!c.tie_word_embeddings) m.param_numels.push_back(v * h);  // lm_head
+  m.fixed_device_bytes =
+      2 * Dev(static_cast<uint64_t>(c.max_position_embeddings * (c.head_dim() / 2)) * 4);
+  const uint64_t b = static_cast<uint64_t>(std::max<int64_t>(micro_batch, 1));
+  const uint64_t s = static_cast<uint64_t>(std::max<int64_t>(seq_len, 1));
+  m.activations = LlamaActivations(c, b, s, false, false);
+  m.activations_checkpointed = LlamaActivations(c, b, s, true, cpu_checkpointing);
+  m.activation_note = "micro batch " + std::to_string(b) + " x seq " + std::to_string(s);
+  return m;
+}
+
+}  // namespace strata::llama
