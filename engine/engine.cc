@@ -75,7 +75,7 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
   if (!init.init_param) return InvalidArgumentError("engine: EngineInit::init_param is required");
   std::unique_ptr<Engine> e(new Engine(model, config, comm, device));
   STRATA_RETURN_IF_ERROR(e->Place(init));
-  STRATA_RETURN_IF_ERROR(e->InitializeValues(init.init_param));
+  STRATA_RETURN_IF_ERROR(e->InitializeValues(init));
   return e;
 }
 
@@ -277,12 +277,31 @@ Status Engine::Place(const EngineInit& init) {
   return Status::Ok();
 }
 
-Status Engine::InitializeValues(const ParamInitFn& init) {
+Status Engine::InitializeValues(const EngineInit& ei) {
+  const ParamInitFn& init = ei.init_param;
   std::vector<float> values;
+  InitProgress progress;
+  progress.params_total = static_cast<int64_t>(params_.size());
+  for (const nn::Parameter* p : params_)
+    progress.elements_total += static_cast<uint64_t>(p->numel());
+  const auto start = std::chrono::steady_clock::now();
+  double last_report = 0;
+  bool reported = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     const nn::Parameter& p = *params_[i];
+    if (ei.progress) {
+      progress.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (progress.seconds - last_report >= ei.progress_interval_s) {
+        ei.progress(progress);
+        last_report = progress.seconds;
+        reported = true;
+      }
+    }
     values.assign(static_cast<size_t>(p.numel()), 0.0f);
     STRATA_RETURN_IF_ERROR(init(p, values).WithContext("initialising " + p.name()));
+    ++progress.params_done;
+    progress.elements_done += static_cast<uint64_t>(p.numel());
     const ShardSlice& s = layout_.slices()[i];
     STRATA_RETURN_IF_ERROR(WriteMaster(
         s.flat_offset, std::span<const float>(values).subspan(s.param_offset, s.valid_numel)));
@@ -297,6 +316,11 @@ Status Engine::InitializeValues(const ParamInitFn& init) {
     STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(impl_->hooks->RegatherPersistent());
     STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
+  }
+  if (reported) {
+    progress.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ei.progress(progress);
   }
   impl_->FillMemoryStats(opt_.get(), &stats_);
   return Status::Ok();

@@ -72,10 +72,23 @@ namespace strata {
 // same values (a seed, or the same file).
 using ParamInitFn = std::function<Status(const nn::Parameter& p, std::span<float> out)>;
 
+// Where Initialize is in writing the initial values (a large model's NVMe state takes minutes).
+struct InitProgress {
+  int64_t params_done = 0, params_total = 0;
+  uint64_t elements_done = 0, elements_total = 0;
+  double seconds = 0;  // since the values began
+};
+using InitProgressFn = std::function<void(const InitProgress&)>;
+
 struct EngineInit {
   ParamInitFn init_param;
   // Accounting (and limits) for the CPU tier; null: the engine's own, unlimited.
   TierBudget* budget = nullptr;
+  // Called while the initial values are written, at most once per progress_interval_s and only
+  // once that long has passed (a small model's Initialize stays silent), then once at the end if
+  // it was called before. Null: no progress.
+  InitProgressFn progress;
+  double progress_interval_s = 2.0;
 };
 
 struct EngineStats {
@@ -172,7 +185,7 @@ class Engine {
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
   Status Place(const EngineInit& init);
-  Status InitializeValues(const ParamInitFn& init);
+  Status InitializeValues(const EngineInit& init);
   Status ReduceMicroBatchGradients();  // stage 2
   Status ReduceBoundaryGradients();    // stages 0-1
   Status ApplyStep();

@@ -213,6 +213,43 @@ TEST(EngineFitCheckTest, CappedDeviceFailsAtInitializeWithTheTierTable) {
                                         HasSubstr("needed:"))));
 }
 
+// Initialize's progress while it writes the initial values (the NVMe state first of all): with
+// no interval, once before each parameter and once at the end, counting up to every parameter
+// and element of the model; with the default interval a tiny model's Initialize says nothing.
+TEST(EngineInitProgressTest, CountsEveryParameterAndStaysSilentWhenQuick) {
+  ScratchDir dir;
+  auto comm = testing::MakeLocalComm();
+  auto device = testing::MakeHostDevice();
+  auto model = testing::MakeTinyModel(device.get(), kF32);
+  uint64_t elements = 0;
+  for (const nn::Parameter* p : model->NamedParameters())
+    elements += static_cast<uint64_t>(p->numel());
+  const int64_t params = static_cast<int64_t>(model->NamedParameters().size());
+  Config config = testing::MakeConfig(2, 1, NvmeZeroKeys(NvmeCase{3, kF32, true}, dir.path()));
+  std::vector<InitProgress> seen;
+  EngineInit init;
+  init.init_param = testing::TestInit(1);
+  init.progress = [&](const InitProgress& p) { seen.push_back(p); };
+  init.progress_interval_s = 0;
+  ASSERT_THAT(Engine::Initialize(*model, config, *comm, *device, init).status(), IsOk());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(params) + 1);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].params_done, static_cast<int64_t>(i));
+    EXPECT_EQ(seen[i].params_total, params);
+    EXPECT_EQ(seen[i].elements_total, elements);
+    if (i > 0) {
+      EXPECT_GE(seen[i].seconds, seen[i - 1].seconds);
+    }
+  }
+  EXPECT_EQ(seen.back().elements_done, elements);
+
+  seen.clear();
+  auto model2 = testing::MakeTinyModel(device.get(), kF32);
+  init.progress_interval_s = 600;
+  ASSERT_THAT(Engine::Initialize(*model2, config, *comm, *device, init).status(), IsOk());
+  EXPECT_TRUE(seen.empty());
+}
+
 TEST(EngineTraceTest, ShortRunWritesTheSpansAsChromeTraceJson) {
   ScratchDir dir;
   const std::string trace = dir.File("trace.json");

@@ -112,12 +112,10 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   const Config& c = r->config;
 
   // Data before any memory is placed: a mismatch is the user's to fix.
-  std::string path = o.data;
-  if (path.empty()) {
-    STRATA_ASSIGN_OR_RETURN(path, ShippedTextPath());
-  }
-  STRATA_ASSIGN_OR_RETURN(data::TokenFile file, data::TokenFile::Open(path));
+  STRATA_ASSIGN_OR_RETURN(data::TokenFile file,
+                          o.data.empty() ? ShippedText() : data::TokenFile::Open(o.data));
   r->tokens.emplace(std::move(file));
+  const std::string& path = r->tokens->path();
   const int64_t vocab = r->model_config.vocab_size;
   if (r->tokens->format() == data::TokenFormat::kBytes && vocab < 256) {
     return InvalidArgumentError("the model's vocab_size " + std::to_string(vocab) +
@@ -159,6 +157,15 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
                           llama::LlamaForCausalLM::Create(r->model_config, r->device.get(), mo));
   EngineInit init;
   init.budget = &r->budget;
+  // A large model's initial values (its NVMe state) take a while: a line every few seconds.
+  init.progress = [](const InitProgress& p) {
+    std::fprintf(stderr,
+                 "strata: writing the initial values: %lld of %lld parameters (%.0f%%), %.0f s\n",
+                 static_cast<long long>(p.params_done), static_cast<long long>(p.params_total),
+                 100.0 * static_cast<double>(p.elements_done) /
+                     static_cast<double>(std::max<uint64_t>(p.elements_total, 1)),
+                 p.seconds);
+  };
   if (!o.init.empty()) {
     init.init_param = RandomInit(static_cast<uint64_t>(o.seed));
   } else {
