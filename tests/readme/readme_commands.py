@@ -34,8 +34,8 @@ import time
 
 # Exact command (as joined from README.md) -> why it is not run here.
 SKIPPED = {
-    "scripts/run.sh": "installs packages, builds everything in build/ and trains for about a "
-    "minute; the README's llama_nvme.json line runs the same `strata train` at a test size",
+    "scripts/run.sh": "installs packages, builds strata in build/ (tests off) and trains for about "
+    "a minute; the README's llama_nvme.json line runs the same `strata train` at a test size",
     "scripts/test.sh": "installs packages and builds and tests three trees (what CI runs; it runs "
     "this test)",
     "bench/cpu_adam_vs_deepspeed/compare.py": "needs pip torch + deepspeed and the C ABI library "
