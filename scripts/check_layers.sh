@@ -3,7 +3,8 @@
 # written in cmake/layers.txt (layers: core < aio, cpu_adam < offload < ...; rooms inside engine/,
 # nn/, offload/). Prints one line per offending include: file:line, the include, and both rooms.
 #
-#   scripts/check_layers.sh [--root DIR] [--layers FILE]     defaults: this checkout, cmake/layers.txt
+#   scripts/check_layers.sh [--root DIR] [--layers FILE]
+#   (defaults: this checkout, its cmake/layers.txt)
 #
 # Exit codes: 0 every include goes downwards or stays in its room; 1 some do not (listed);
 # 64 bad usage or a malformed layers file. Run by ctest as `layer_includes` (scripts/test.sh, CI).
@@ -14,8 +15,9 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --root) root=${2:?--root needs a directory}; shift 2 ;;
     --layers) layers=${2:?--layers needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "check_layers: unknown argument '$1' (allowed: --root DIR, --layers FILE)" >&2; exit 64 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "check_layers: unknown argument '$1' (allowed: --root DIR, --layers FILE)" >&2
+       exit 64 ;;
   esac
 done
 layers=${layers:-$root/cmake/layers.txt}
