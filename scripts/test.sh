@@ -18,7 +18,7 @@ cmake -S . -B "$make_dir" -DCMAKE_BUILD_TYPE=Release >build-make.configure.log 2
   { cat build-make.configure.log; rm -rf "$make_dir"; exit 1; }
 rm -rf "$make_dir"
 # -O1, as ASan recommends: it compiles in 4.4 minutes here instead of 6 at -O2, tests as fast.
-# -g1 (line tables: the reports' file:line) instead of -g: full debug info costs about a third of
+# -g1 (line tables: the reports' file:line) instead of -g: full debug info costs about a quarter of
 # the compile time. It builds only the suites it runs (STRATA_TEST_SKIP_LABELS: not slow, mpi).
 scripts/build.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE="address;undefined" \
   -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
