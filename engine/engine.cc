@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/units.h"
+#include "engine/config/auto_sizes.h"
 #include "engine/engine_impl.h"
 #include "engine/optim/partial_offload.h"
 #include "engine/plan/memory_plan.h"
@@ -73,7 +75,16 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
   }
   STRATA_RETURN_IF_ERROR(CheckPartialOffload(z));  // offload_optimizer.ratio
   if (!init.init_param) return InvalidArgumentError("engine: EngineInit::init_param is required");
-  std::unique_ptr<Engine> e(new Engine(model, config, comm, device));
+  // "auto" sizing keys that depend on the model (offload_param.buffer_size) are settled here.
+  Config resolved = config;
+  {
+    std::vector<size_t> numels;
+    for (const nn::Parameter* p : model.NamedParameters()) {
+      numels.push_back(static_cast<size_t>(p->numel()));
+    }
+    ResolveModelAutoSizes(&resolved, numels, z.stage >= 1 ? comm.world_size() : 1);
+  }
+  std::unique_ptr<Engine> e(new Engine(model, resolved, comm, device));
   STRATA_RETURN_IF_ERROR(e->Place(init));
   STRATA_RETURN_IF_ERROR(e->InitializeValues(init));
   return e;

@@ -143,6 +143,9 @@ class Engine {
   Status Synchronize();
 
   const EngineStats& stats() const { return stats_; }
+  // The config as the engine runs it: "auto" sizing keys resolved for this model
+  // (engine/config/auto_sizes.h; AutoSizesText lists them with their reasons).
+  const Config& config() const { return config_; }
   const PartitionLayout& layout() const { return layout_; }
   int64_t applied_steps() const { return stats_.global_steps - stats_.skipped_steps; }
   DType compute_dtype() const { return compute_dtype_; }

@@ -38,7 +38,8 @@ std::vector<SubGroup> PartitionLayout::SubGroups(size_t sub_group_numel) const {
   if (slices_.empty()) return groups;
   size_t total_shards = 0;
   for (const ShardSlice& s : slices_) total_shards += s.shard_numel;
-  if (sub_group_numel == 0 || sub_group_numel >= total_shards) {
+  // 0 closes a group after every parameter (DeepSpeed: a group closes once it holds >= 0).
+  if (sub_group_numel > 0 && sub_group_numel >= total_shards) {
     groups.push_back({0, slices_.size(), 0, partition_numel_});
     return groups;
   }

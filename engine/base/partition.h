@@ -53,7 +53,8 @@ class PartitionLayout {
   const std::vector<ShardSlice>& slices() const { return slices_; }
 
   // Sub-groups of at least `sub_group_numel` shard elements each (the last may be smaller); one
-  // group for everything when sub_group_numel is 0 or not smaller than the whole partition.
+  // group for everything when sub_group_numel is not smaller than the whole partition; one
+  // parameter per group when it is 0 (DeepSpeed's meaning of sub_group_size 0).
   std::vector<SubGroup> SubGroups(size_t sub_group_numel) const;
 
  private:

@@ -1,9 +1,16 @@
 #include "engine/config/zero_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <sstream>
+#include <utility>
 
 namespace strata {
+
+bool ZeroConfig::IsAuto(std::string_view path) const {
+  return std::find(auto_sizes.begin(), auto_sizes.end(), path) != auto_sizes.end();
+}
 
 std::string_view OffloadDeviceName(OffloadDevice d) {
   switch (d) {
@@ -81,24 +88,37 @@ Got ReadAliasedInt(const Section& s, Aliased k, int64_t* out, bool auto_ok) {
 }
 
 // "auto" keys the Hugging Face integration derives from the model's hidden size.
-void ResolveHidden(const Section& s, Got g, const char* key, double factor, int power,
-                   int64_t* out) {
+void ResolveHidden(const Section& s, Got g, const char* key, double factor, int power, int64_t* out,
+                   ZeroConfig* z) {
   if (g != Got::kAuto) return;
   ConfigContext* ctx = s.ctx();
+  z->auto_sizes.push_back(s.KeyPath(key));
   const auto& h = ctx->run().hidden_size;
   if (h) {
     double v = factor * std::pow(static_cast<double>(*h), power);
     *out = static_cast<int64_t>(v);
     std::string how = power == 2 ? (factor == 1.0 ? "hidden²" : "0.9·hidden²") : "10·hidden";
     ctx->SetOrigin(s.KeyPath(key), OriginKind::kAuto,
-                   how + " = " + std::to_string(*out) + " (hidden " + std::to_string(*h) + ")");
+                   how + " = " + std::to_string(*out) + " (hidden " + std::to_string(*h) +
+                       "; Hugging Face's rule)");
   } else {
     ctx->SetOrigin(
         s.KeyPath(key), OriginKind::kAuto,
-        "DeepSpeed's default (no model hidden size given; with one: " +
+        "DeepSpeed's default " + std::to_string(*out) + " (no model hidden size given; with one: " +
             std::string(power == 2 ? (factor == 1.0 ? "hidden²" : "0.9·hidden²") : "10·hidden") +
-            ")");
+            ", Hugging Face's rule)");
   }
+}
+
+// A sizing key written "auto" that no hidden-size rule covers: the planner's choice, for now
+// DeepSpeed's default (`*out` as the caller left it) for the reason `why`.
+void ResolveDefault(const Section& s, Got g, const char* key, const int64_t* out, ZeroConfig* z,
+                    const std::string& why = "") {
+  if (g != Got::kAuto) return;
+  z->auto_sizes.push_back(s.KeyPath(key));
+  s.ctx()->SetOrigin(
+      s.KeyPath(key), OriginKind::kAuto,
+      "DeepSpeed's default " + std::to_string(*out) + (why.empty() ? "" : "; ") + why);
 }
 
 void ReadNvmePaths(const Section& s, std::vector<std::string>* out) {
@@ -132,6 +152,19 @@ OffloadDevice ReadDevice(const Section& s) {
                        : OffloadDevice::kNone;
 }
 
+// DeepSpeed's schema takes 0 buffers (ge=0); they only matter to an NVMe swap, which needs one.
+void CheckNvmeBuffers(const Section& s, OffloadDevice device,
+                      std::initializer_list<std::pair<const char*, int64_t>> sizes) {
+  if (device != OffloadDevice::kNvme) return;
+  for (const auto& [key, value] : sizes) {
+    if (value == 0) {
+      s.ctx()->Error(s.KeyPath(key),
+                     "= 0 with device \"nvme\": the swap needs at least one "
+                     "buffer of at least one element; must be >= 1 (or \"auto\")");
+    }
+  }
+}
+
 void CheckNvmePath(const Section& s, OffloadDevice device, const std::vector<std::string>& paths) {
   if (device == OffloadDevice::kNvme && paths.empty() && !s.Has("nvme_path")) {
     s.ctx()->Error(s.KeyPath("nvme_path"),
@@ -142,7 +175,7 @@ void CheckNvmePath(const Section& s, OffloadDevice device, const std::vector<std
   }
 }
 
-void ReadOffloadParam(const Section& z, OffloadParamConfig* o) {
+void ReadOffloadParam(const Section& z, OffloadParamConfig* o, ZeroConfig* zc) {
   Section s = z.Object("offload_param");
   s.CheckKeys({"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"},
               {{"pipeline_read", "an offload_optimizer key"},
@@ -152,13 +185,20 @@ void ReadOffloadParam(const Section& z, OffloadParamConfig* o) {
   o->device = ReadDevice(s);
   ReadNvmePaths(s, &o->nvme_paths);
   s.Bool("pin_memory", &o->pin_memory);
-  s.Int("buffer_count", &o->buffer_count, 1);
-  s.Int("buffer_size", &o->buffer_size, 1);
-  s.Int("max_in_cpu", &o->max_in_cpu, 0);
+  ResolveDefault(s, s.Int("buffer_count", &o->buffer_count, 0, Section::kMaxInt, true),
+                 "buffer_count", &o->buffer_count, zc);
+  ResolveDefault(s, s.Int("buffer_size", &o->buffer_size, 0, Section::kMaxInt, true), "buffer_size",
+                 &o->buffer_size, zc,
+                 "raised at start-up to the largest parameter shard when one is larger "
+                 "(a buffer holds a whole shard)");
+  ResolveDefault(s, s.Int("max_in_cpu", &o->max_in_cpu, 0, Section::kMaxInt, true), "max_in_cpu",
+                 &o->max_in_cpu, zc);
+  CheckNvmeBuffers(s, o->device,
+                   {{"buffer_count", o->buffer_count}, {"buffer_size", o->buffer_size}});
   if (s.present()) CheckNvmePath(s, o->device, o->nvme_paths);
 }
 
-void ReadOffloadOptimizer(const Section& z, OffloadOptimizerConfig* o) {
+void ReadOffloadOptimizer(const Section& z, OffloadOptimizerConfig* o, ZeroConfig* zc) {
   Section s = z.Object("offload_optimizer");
   s.CheckKeys(
       {"device", "nvme_path", "pin_memory", "buffer_count", "pipeline_read", "pipeline_write",
@@ -170,7 +210,8 @@ void ReadOffloadOptimizer(const Section& z, OffloadOptimizerConfig* o) {
   o->device = ReadDevice(s);
   ReadNvmePaths(s, &o->nvme_paths);
   s.Bool("pin_memory", &o->pin_memory);
-  s.Int("buffer_count", &o->buffer_count, 1);
+  ResolveDefault(s, s.Int("buffer_count", &o->buffer_count, 0, Section::kMaxInt, true),
+                 "buffer_count", &o->buffer_count, zc);
   s.Bool("pipeline_read", &o->pipeline_read);
   s.Bool("pipeline_write", &o->pipeline_write);
   s.Bool("fast_init", &o->fast_init);
@@ -184,6 +225,7 @@ void ReadOffloadOptimizer(const Section& z, OffloadOptimizerConfig* o) {
   for (const char* k : {"super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"}) {
     if (s.Has(k)) s.ctx()->Note(s.KeyPath(k), "accepted, not used by Strata");
   }
+  CheckNvmeBuffers(s, o->device, {{"buffer_count", o->buffer_count}});
   if (s.present()) CheckNvmePath(s, o->device, o->nvme_paths);
 }
 
@@ -293,27 +335,42 @@ void ReadZero(const Section& top, ZeroConfig* out) {
   }
   z.Bool("reduce_scatter", &out->reduce_scatter);
   ResolveHidden(z, z.Int("reduce_bucket_size", &out->reduce_bucket_size, 0, Section::kMaxInt, true),
-                "reduce_bucket_size", 1.0, 2, &out->reduce_bucket_size);
+                "reduce_bucket_size", 1.0, 2, &out->reduce_bucket_size, out);
   z.Bool("allgather_partitions", &out->allgather_partitions);
-  z.Int("allgather_bucket_size", &out->allgather_bucket_size, 0);
+  ResolveDefault(
+      z, z.Int("allgather_bucket_size", &out->allgather_bucket_size, 0, Section::kMaxInt, true),
+      "allgather_bucket_size", &out->allgather_bucket_size, out);
   z.Bool("round_robin_gradients", &out->round_robin_gradients);
-  z.Int("sub_group_size", &out->sub_group_size, 1);
+  // 0 is DeepSpeed's "one parameter per sub-group" (a group closes once it holds >= 0 elements).
+  const Got sub = z.Int("sub_group_size", &out->sub_group_size, 0, Section::kMaxInt, true);
+  ResolveDefault(z, sub, "sub_group_size", &out->sub_group_size, out);
+  if (sub == Got::kValue && out->sub_group_size == 0) {
+    ctx->SetOrigin(z.KeyPath("sub_group_size"), OriginKind::kFile,
+                   "0: one parameter per sub-group, as in DeepSpeed");
+  }
 
   ResolveHidden(z,
                 ReadAliasedInt(z, {"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
                                &out->prefetch_bucket_size, true),
-                "stage3_prefetch_bucket_size", 0.9, 2, &out->prefetch_bucket_size);
+                "stage3_prefetch_bucket_size", 0.9, 2, &out->prefetch_bucket_size, out);
   ResolveHidden(
       z,
       ReadAliasedInt(z, {"stage3_param_persistence_threshold", "param_persistence_threshold"},
                      &out->param_persistence_threshold, true),
-      "stage3_param_persistence_threshold", 10.0, 1, &out->param_persistence_threshold);
-  ReadAliasedInt(z, {"stage3_model_persistence_threshold", "model_persistence_threshold"},
-                 &out->model_persistence_threshold, false);
-  ReadAliasedInt(z, {"stage3_max_live_parameters", "max_live_parameters"},
-                 &out->max_live_parameters, false);
-  ReadAliasedInt(z, {"stage3_max_reuse_distance", "max_reuse_distance"}, &out->max_reuse_distance,
-                 false);
+      "stage3_param_persistence_threshold", 10.0, 1, &out->param_persistence_threshold, out);
+  ResolveDefault(
+      z,
+      ReadAliasedInt(z, {"stage3_model_persistence_threshold", "model_persistence_threshold"},
+                     &out->model_persistence_threshold, true),
+      "stage3_model_persistence_threshold", &out->model_persistence_threshold, out, "no cap");
+  ResolveDefault(z,
+                 ReadAliasedInt(z, {"stage3_max_live_parameters", "max_live_parameters"},
+                                &out->max_live_parameters, true),
+                 "stage3_max_live_parameters", &out->max_live_parameters, out);
+  ResolveDefault(z,
+                 ReadAliasedInt(z, {"stage3_max_reuse_distance", "max_reuse_distance"},
+                                &out->max_reuse_distance, true),
+                 "stage3_max_reuse_distance", &out->max_reuse_distance, out);
 
   // Three spellings of one flag; the fp16 one is deprecated.
   const char* gather_keys[] = {"stage3_gather_16bit_weights_on_model_save",
@@ -341,8 +398,8 @@ void ReadZero(const Section& top, ZeroConfig* out) {
     }
   }
 
-  ReadOffloadParam(z, &out->offload_param);
-  ReadOffloadOptimizer(z, &out->offload_optimizer);
+  ReadOffloadParam(z, &out->offload_param, out);
+  ReadOffloadOptimizer(z, &out->offload_optimizer, out);
   ReadDeprecatedOffload(z, out);
 
   for (auto k : kUnusedKeys) {
@@ -363,13 +420,18 @@ void ReadZero(const Section& top, ZeroConfig* out) {
   }
 
   // Cross-key rules (DeepSpeed's where it has them).
-  const auto& op = out->offload_param;
+  auto& op = out->offload_param;
   const auto& oo = out->offload_optimizer;
   if (op.device != OffloadDevice::kNone && out->stage != 3) {
-    ctx->Error("zero_optimization.offload_param.device",
-               "= \"" + std::string(OffloadDeviceName(op.device)) +
-                   "\" needs ZeRO stage 3 (parameters are partitioned only at stage 3); stage is " +
-                   std::to_string(out->stage));
+    // DeepSpeed reads offload_param only at stage 3 and ignores it below.
+    ctx->Warning("zero_optimization.offload_param.device",
+                 "= \"" + std::string(OffloadDeviceName(op.device)) + "\" has no effect at stage " +
+                     std::to_string(out->stage) +
+                     " (parameters are partitioned and offloaded only at stage 3; DeepSpeed "
+                     "ignores it too): read as \"none\"");
+    ctx->SetOrigin("zero_optimization.offload_param.device", OriginKind::kDerived,
+                   "\"none\": offload_param has no effect below stage 3");
+    op.device = OffloadDevice::kNone;
   }
   if (oo.device != OffloadDevice::kNone && out->stage == 0) {
     ctx->Error("zero_optimization.offload_optimizer.device",

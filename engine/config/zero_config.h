@@ -63,6 +63,12 @@ struct ZeroConfig {
   bool gather_16bit_weights_on_model_save = false;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
+  // Sizing keys written "auto" (canonical paths, e.g. "zero_optimization.sub_group_size"): the
+  // planner chooses. The config gives each a documented value (Hugging Face's hidden-size rule or
+  // DeepSpeed's default; engine/config/auto_sizes.h resolves the model-dependent ones) and the
+  // report's origin says which and why.
+  std::vector<std::string> auto_sizes;
+  bool IsAuto(std::string_view path) const;
 };
 
 namespace internal {

@@ -131,9 +131,9 @@ TEST(ConfigErrorsTest, OptimizersStrataCannotRunAreErrors) {
 }
 
 TEST(ConfigErrorsTest, CrossKeyRules) {
+  // offload_param below stage 3: no effect (as in DeepSpeed), a warning (auto_sizes_test.cc).
   EXPECT_THAT(Load(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})"),
-              StatusIs(kInvalid, AllOf(HasSubstr("zero_optimization.offload_param.device"),
-                                       HasSubstr("needs ZeRO stage 3"))));
+              testing::IsOk());
   EXPECT_THAT(Load(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
                          "nvme_path": "/nvme", "ratio": 0.5}})"),
               StatusIs(kInvalid, AllOf(HasSubstr("zero_optimization.offload_optimizer.ratio"),

@@ -120,6 +120,45 @@ INSTANTIATE_TEST_SUITE_P(
                       NvmeCase{3, kBf16, true, "cpu"}),
     CaseName);
 
+// Sizes as DeepSpeed allows them (issue 36): sub_group_size 0 (one parameter per sub-group) and
+// "auto" sizing keys with params and optimizer on NVMe train bit-identically to stage 0 with
+// nothing offloaded (Adam is element-wise: the sub-groups change only the I/O).
+TEST(EngineNvmeSizesTest, SubGroupSizeZeroAndAutoSizesEqualStageZeroBitwise) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(11, 3, 2, 16, 256);
+  std::vector<float> base_losses, got_losses;
+  std::vector<std::vector<float>> base, got;
+  {
+    EngineRun b = MakeEngine(*comm, kBf16, "\"stage\": 0", 7);
+    ASSERT_NE(b.engine, nullptr);
+    base = testing::TrainAndGather(*b.engine, data, 3, 1, &base_losses);
+  }
+  ScratchDir dir;
+  const std::string path = dir.File("swap");
+  const std::string zero =
+      "\"stage\": 3, \"sub_group_size\": 0, \"reduce_bucket_size\": 40000,"
+      " \"stage3_param_persistence_threshold\": 200, \"stage3_max_live_parameters\": \"auto\","
+      " \"stage3_max_reuse_distance\": \"auto\","
+      " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+      path +
+      "\", \"pin_memory\": false, \"buffer_count\": \"auto\", \"pipeline_read\": true,"
+      " \"pipeline_write\": true}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+      path +
+      "\", \"pin_memory\": false, \"buffer_count\": \"auto\", \"buffer_size\": 100000,"
+      " \"max_in_cpu\": \"auto\"}";
+  EngineRun r = MakeEngine(*comm, kBf16, zero, 7);
+  ASSERT_NE(r.engine, nullptr);
+  got = testing::TrainAndGather(*r.engine, data, 3, 1, &got_losses);
+  EXPECT_TRUE(SameBits(base, got));
+  EXPECT_EQ(base_losses, got_losses);
+  // One sub-group per parameter; the "auto" keys took DeepSpeed's defaults.
+  EXPECT_EQ(r.engine->layout().SubGroups(0).size(), r.engine->layout().slices().size());
+  EXPECT_EQ(r.engine->config().zero.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(r.engine->config().zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(r.engine->config().zero.max_live_parameters, 1000000000);
+  EXPECT_GT(r.engine->last_breakdown().nvme_read_bytes, 0u);
+}
+
 // Every parameter's master | exp_avg | exp_avg_sq from a saved checkpoint.
 std::vector<std::vector<float>> ReadArrays(const std::string& dir, const std::string& tag) {
   std::vector<std::vector<float>> out;

@@ -85,6 +85,24 @@ TEST(PartitionLayoutTest, SubGroupsCloseOnceTheyReachTheSize) {
   }
 }
 
+// sub_group_size 0 as DeepSpeed reads it: a group closes once it holds >= 0 elements, so every
+// parameter is a sub-group of its own (zero-element shards included).
+TEST(PartitionLayoutTest, SubGroupSizeZeroIsOneParameterPerGroup) {
+  const size_t numels[] = {10, 3, 1, 7000, 2};
+  Result<PartitionLayout> l = PartitionLayout::Create(numels, 4, 3, 8);
+  ASSERT_TRUE(l.ok());
+  std::vector<SubGroup> groups = l->SubGroups(0);
+  ASSERT_EQ(groups.size(), 5u);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(groups[g].first_slice, g);
+    EXPECT_EQ(groups[g].end_slice, g + 1);
+    EXPECT_EQ(groups[g].flat_begin, l->slices()[g].flat_offset);
+  }
+  EXPECT_EQ(groups.back().flat_end, l->partition_numel());
+  // A size not smaller than the whole partition is still one group.
+  EXPECT_EQ(l->SubGroups(1u << 20).size(), 1u);
+}
+
 TEST(PartitionLayoutTest, OddSizesPadTheLastRanks) {
   const size_t numels[] = {10};
   Result<PartitionLayout> r2 = PartitionLayout::Create(numels, 3, 2, 1);

@@ -19,6 +19,7 @@
 #include "core/flags.h"
 #include "engine/comm/launch_env.h"
 #include "engine/comm/registry.h"
+#include "engine/config/auto_sizes.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
 #include "models/data/sequence_sampler.h"
@@ -171,6 +172,15 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   } else {
     STRATA_ASSIGN_OR_RETURN(init.init_param, CheckpointInit(o.model));
   }
+  {
+    // "auto" sizing keys that depend on the model, settled before the plan (the engine does the
+    // same for itself: its copy comes out equal).
+    std::vector<size_t> numels;
+    for (const nn::Parameter* p : r->model->NamedParameters()) {
+      numels.push_back(static_cast<size_t>(p->numel()));
+    }
+    ResolveModelAutoSizes(&r->config, numels, c.zero.stage >= 1 ? r->world : 1);
+  }
   STRATA_ASSIGN_OR_RETURN(r->plan, PlanTrainRun(r->model_config, c, r->world, r->rank, o.seq_len));
   STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan, *r->device, r->budget));
   STRATA_ASSIGN_OR_RETURN(r->engine,
@@ -295,6 +305,9 @@ int RunTrain(const std::vector<std::string>& args) {
         static_cast<long long>(c.batch.micro_batch_per_gpu),
         static_cast<long long>(c.batch.gradient_accumulation_steps),
         static_cast<long long>(o.seq_len));
+    if (const std::string autos = AutoSizesText(r.engine->config()); !autos.empty()) {
+      std::printf("config: sizes written \"auto\", the planner's choice:\n%s", autos.c_str());
+    }
     std::printf("%s", TrainMemoryStartText(r.plan, RunCapacities(*r.device, r.budget)).c_str());
     std::fflush(stdout);
   }
