@@ -29,7 +29,7 @@
 
 namespace strata {
 
-// The shared fields (nvme_paths, pin_memory, checksums, rank, reuse_stale, budget, device) come
+// The shared fields (nvme_paths, pin_memory, checksums, rank, budget, device) come
 // from SwapperOptions.
 struct OptimizerSwapperOptions : SwapperOptions {
   size_t buffer_count = 4;

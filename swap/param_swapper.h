@@ -29,7 +29,7 @@
 
 namespace strata {
 
-// The shared fields (nvme_paths, pin_memory, checksums, rank, reuse_stale, budget, device) come
+// The shared fields (nvme_paths, pin_memory, checksums, rank, budget, device) come
 // from SwapperOptions.
 struct ParamSwapperOptions : SwapperOptions {
   size_t element_bytes = 2;  // compute dtype: 2 (fp16/bf16) or 4

@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "swap/swap_file_owner.h"
 
 namespace strata {
 namespace {
@@ -58,6 +59,13 @@ Result<std::unique_ptr<SwapSpace>> SwapSpace::Create(const SwapSpaceOptions& o, 
   return s;
 }
 
+// Note [Swap file owner]
+// Each swap file is flock'ed (exclusive) by the SwapSpace using it, for as long as it exists:
+// the kernel drops the lock when its holder exits however it ends (SIGKILL, OOM kill, crash). So
+// at Create a file that can be locked but exists was left by a run that is gone; one that cannot
+// be locked belongs to a live process, found by pid through /proc/locks (swap_file_owner.h) and
+// named in the error. The lock is on the file itself (not a side file), so a file another
+// SwapSpace in this process holds is refused too: flock locks belong to the open file.
 Status SwapSpace::OpenFiles() {
   for (const std::string& dir : options_.dirs) {
     struct stat st;
@@ -69,33 +77,31 @@ Status SwapSpace::OpenFiles() {
     }
     std::string path =
         dir + "/strata-" + options_.name + "-rank" + std::to_string(options_.rank) + ".swap";
-    bool existed = ::access(path.c_str(), F_OK) == 0;
+    const bool existed = ::access(path.c_str(), F_OK) == 0;
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoToStatus(errno, "swap: create " + path);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      // Note [Swap file owner]: a held lock is a live process; name it.
+      const std::string holder = DescribeProcess(SwapFileLockHolder(fd));
       ::close(fd);
-      return FailedPreconditionError("swap: " + path +
-                                     " is in use by another running process (it holds the lock); "
-                                     "give each run its own nvme_path or rank");
+      return FailedPreconditionError(
+          "swap: " + path + " is in use by " + holder +
+          ", a run on the same nvme_path and rank; wait for it to end, or give this run "
+          "another nvme_path");
     }
     if (existed) {
+      // Nobody holds it, so the run that wrote it is gone (killed, crashed, out of memory).
+      // Swap contents are scratch - --load rebuilds them from the checkpoint - so start it over.
       struct stat fst;
-      ::fstat(fd, &fst);
-      if (!options_.reuse_stale) {
-        // Not ours: leave it where it is (the destructor only removes files in paths_).
-        ::close(fd);
-        return FailedPreconditionError(
-            "swap: stale swap file " + path + " (" +
-            FormatBytes(static_cast<uint64_t>(fst.st_size)) +
-            ") left by an earlier run that did not exit cleanly; remove it, or allow reuse "
-            "(strata.swap_reuse_stale = true)");
-      }
-      LogWarning("swap: reusing stale swap file " + path + " (its contents are discarded)");
+      const uint64_t size = ::fstat(fd, &fst) == 0 ? static_cast<uint64_t>(fst.st_size) : 0;
       if (::ftruncate(fd, 0) != 0) {
-        int err = errno;
+        const int err = errno;
         ::close(fd);
         return ErrnoToStatus(err, "swap: truncate " + path);
       }
+      LogWarning("swap: " + path + " (" + FormatBytes(size) +
+                 ") was left by an earlier run that did not exit cleanly and no process holds it; "
+                 "recreated it (swap contents are scratch)");
     }
     FileState fs;
     fs.lock_fd = fd;

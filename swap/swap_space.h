@@ -14,8 +14,8 @@
 // caller, block by block, while the bytes are in its cache: Read(id, buf, false), VerifyBlocks,
 // Write(id, buf, sums)); a mismatch is DataLoss naming the tensor, file and offset. A write counts
 // only once it has completed: Note [A write that fails] in swap_space.cc. Files are flock'ed while
-// in use and removed on destruction; a file left by a crashed run is detected at Create and
-// reported (reused only with `reuse_stale`).
+// in use and removed on destruction; one that a live process holds is refused naming its pid,
+// and one left by a run that is gone is recreated with a warning (Note [Swap file owner]).
 //
 // Thread safety: all methods may be called concurrently. A tensor is not read or written while
 // its write is in flight (FailedPrecondition), and Free() needs its I/O finished.
@@ -43,7 +43,6 @@ struct SwapSpaceOptions {
   bool checksums = true;  // strata.swap_checksums
   size_t checksum_block_bytes = size_t{1} << 20;
   size_t stripe_min_bytes = size_t{4} << 20;
-  bool reuse_stale = false;
   // Bytes by which a file grows when it needs space (fallocate granularity).
   size_t grow_bytes = size_t{256} << 20;
   // Optional: reserved bytes are charged to Tier::kNvme (OutOfMemory past its limit).
@@ -85,8 +84,8 @@ class SwapFuture {
 class SwapSpace {
  public:
   // Opens (creating) one swap file per directory. Errors: a directory that does not exist or is
-  // not writable; a swap file that another live process holds (flock); a stale one from a crashed
-  // run, unless reuse_stale.
+  // not writable; a swap file that another live process holds (FailedPrecondition naming its
+  // pid). A file left by a run that is gone is truncated and reused, with one warning line.
   static Result<std::unique_ptr<SwapSpace>> Create(const SwapSpaceOptions& options, AioHandle* aio);
   ~SwapSpace();  // closes and removes the files
 

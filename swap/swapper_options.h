@@ -21,7 +21,6 @@ struct SwapperOptions {
   // xxHash per block, verified on every read (strata.swap_checksums; on unless turned off).
   bool checksums = true;
   int rank = 0;
-  bool reuse_stale = false;  // strata.swap_reuse_stale
   // Optional: the swap buffers are charged to Tier::kCpu and the swap file to Tier::kNvme; the
   // buffers are registered with `device` for DMA when it can (else mlocked). Both must outlive
   // the swapper.
@@ -36,7 +35,6 @@ inline SwapSpaceOptions SwapSpaceOptionsFor(const SwapperOptions& o, std::string
   so.name = std::move(name);
   so.rank = o.rank;
   so.checksums = o.checksums;
-  so.reuse_stale = o.reuse_stale;
   so.budget = o.budget;
   return so;
 }

@@ -101,7 +101,6 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
   so.pin_memory = options.pin_memory;
   so.checksums = options.checksums;
   so.rank = options.rank;
-  so.reuse_stale = options.reuse_stale;
   so.budget = budget;
   so.device = device;
   so.buffer_count = options.buffer_count;

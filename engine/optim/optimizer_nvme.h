@@ -74,7 +74,6 @@ struct NvmeOptimizerStateOptions {
   bool pipeline_read = false;
   bool pipeline_write = false;
   bool checksums = true;  // strata.swap_checksums
-  bool reuse_stale = false;
   // The asynchronous path keeps updated states in the buffers and writes one only when its room
   // is needed or on a drain (Note [Write-back] in optimizer_nvme_async.cc); false writes each
   // at once (write-through).

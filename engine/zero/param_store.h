@@ -53,7 +53,7 @@ struct ParamStoreOptions {
   bool pin_memory = true;                   // kCpu / kNvme buffers
   TierBudget* budget = nullptr;             // optional: charged per tier
   // kNvme: offload_param's nvme_path (one or several, striped), buffer_count, buffer_size,
-  // max_in_cpu, plus strata.swap_checksums / swap_reuse_stale and the rank.
+  // max_in_cpu, plus strata.swap_checksums and the rank.
   ParamSwapperOptions swapper;
   AioHandle* aio = nullptr;  // kNvme: optional shared handle (must outlive the store)
   AioOptions aio_options;    // kNvme: the handle made when `aio` is null

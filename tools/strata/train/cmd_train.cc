@@ -3,13 +3,15 @@
 // sequences). Reads the config the same way `strata config check` does, so a config that passes
 // the check starts. Prints a per-tier memory line, one log line per steps_per_print (a progress
 // line on a terminal) and a summary; --json prints one JSON object instead.
-// Exit 0 ok, 1 failed while running, 2 bad usage or invalid input (config, preset, data).
+// Exit 0 ok, 1 failed while running, 2 bad usage or invalid input (config, preset, data),
+// 128 + signal when SIGTERM / SIGINT stopped it at a step boundary (cmd_train_signal.h).
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -32,6 +34,8 @@
 #include "tools/strata/train/cmd_train_checkpoint.h"
 #include "tools/strata/train/cmd_train_memory.h"
 #include "tools/strata/train/cmd_train_setup.h"
+#include "tools/strata/train/cmd_train_signal.h"
+#include "tools/strata/train/cmd_train_space.h"
 
 namespace strata::cli {
 namespace {
@@ -39,7 +43,7 @@ namespace {
 constexpr const char* kUsage =
     "strata train --config CFG (--model HF_DIR | --init PRESET) [--data FILE] [--seq-len N]\n"
     "             [--steps N] [--seed S] [--json] [--save DIR [--save-interval N]]\n"
-    "             [--load DIR|auto] [--export DIR]\n"
+    "             [--save-total-limit N] [--load DIR|auto] [--export DIR]\n"
     "  Trains a Llama under a DeepSpeed config (world 1, or the ranks of strata launch/mpirun).\n"
     "  Without --data: the text the project ships, byte-level.";
 
@@ -93,7 +97,38 @@ struct Run {
   TrainIdentity id;    // for the checkpoint calls
   TrainResume resume;  // where training starts (--load) and the last step saved
   int64_t micro_done = 0;
+  std::unique_ptr<PreemptionAgreement> stop;
+  int stop_signal = 0;  // the SIGTERM / SIGINT that ended the run early (0: none)
+  int64_t stop_step = 0;
 };
+
+// Disk space the run needs before it starts: one checkpoint in --save's directory (rank 0: the
+// ranks' shards together), the plan's swap bytes in the nvme_path directories (spread evenly
+// over them, as the swap space stripes), less what swap files of a killed run already hold.
+std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r) {
+  std::vector<SpaceNeed> needs;
+  if (!o.ckpt.save.empty() && r.rank == 0) {
+    needs.push_back({o.ckpt.save,
+                     CheckpointBytes(static_cast<uint64_t>(r.model_config.NumParameters())),
+                     "--save"});
+  }
+  std::vector<std::string> dirs;
+  const ZeroConfig& z = r.config.zero;
+  for (const auto* paths :
+       {z.offload_param.device == OffloadDevice::kNvme ? &z.offload_param.nvme_paths : nullptr,
+        z.offload_optimizer.device == OffloadDevice::kNvme ? &z.offload_optimizer.nvme_paths
+                                                           : nullptr}) {
+    if (paths == nullptr) continue;
+    for (const std::string& d : *paths) {
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+    }
+  }
+  for (const std::string& d : dirs) {
+    needs.push_back({d, r.plan.bytes(PlanTier::kNvme) / dirs.size(), "nvme_path",
+                     ExistingSwapBytes(d, r.rank)});
+  }
+  return needs;
+}
 
 // Builds the run; on failure sets *exit_code (2 for invalid input, 1 otherwise).
 Status Setup(const Options& o, Run* r, int* exit_code) {
@@ -183,6 +218,7 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   }
   STRATA_ASSIGN_OR_RETURN(r->plan, PlanTrainRun(r->model_config, c, r->world, r->rank, o.seq_len));
   STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan, *r->device, r->budget));
+  STRATA_RETURN_IF_ERROR(CheckDiskSpace(DiskNeeds(o, *r)));
   STRATA_ASSIGN_OR_RETURN(r->engine,
                           Engine::Initialize(*r->model, r->config, *r->comm, *r->device, init));
   return Status::Ok();
@@ -245,6 +281,12 @@ Status Train(const Options& o, Run& r, Totals* t) {
       PrintStep(r, o, step, t->losses.back(), static_cast<double>(t->tokens) / t->seconds,
                 t->seconds, tty);
     }
+    // A SIGTERM / SIGINT on any rank: every rank stops after this same step.
+    STRATA_ASSIGN_OR_RETURN(r.stop_signal, r.stop->Agree());
+    if (r.stop_signal != 0) {
+      r.stop_step = step;
+      break;
+    }
   }
   if (print && tty) std::printf("\n");
   return r.engine->FlushTrace();
@@ -276,6 +318,7 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   if (Status s = ValidateCheckpointFlags(o.ckpt); !s.ok()) return Fail(2, s.message());
 
+  InstallPreemptionHandlers();
   Run r;
   r.mem_base = MemoryBaseline::Take();
   int code = 1;
@@ -286,12 +329,18 @@ int RunTrain(const std::vector<std::string>& args) {
   r.id.gas = r.config.batch.gradient_accumulation_steps;
   r.id.seed = static_cast<uint64_t>(o.seed);
   r.id.print = r.rank == 0 && !o.json;
+  r.id.checkpoint_bytes = CheckpointBytes(static_cast<uint64_t>(r.model_config.NumParameters()));
   if (Status s = StartCheckpoints(o.ckpt, r.model_config, r.id, *r.engine, &r.resume); !s.ok()) {
     const bool input = s.code() == StatusCode::kInvalidArgument ||
                        s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss;
     return Fail(input ? 2 : 1, s.message());
   }
   r.micro_done = r.resume.micro;
+  if (auto stop = PreemptionAgreement::Create(*r.device, *r.comm); stop.ok()) {
+    r.stop = std::move(stop).value();
+  } else {
+    return Fail(1, stop.status().message());
+  }
   const Config& c = r.config;
   const std::string dtype = DTypeText(r.engine->compute_dtype());
   const std::string offload(OffloadDeviceName(c.zero.offload_optimizer.device));
@@ -313,18 +362,33 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   Totals t;
   if (Status s = Train(o, r, &t); !s.ok()) return Fail(t.data_error ? 2 : 1, s.message());
-  if (Status s = FinishCheckpoints(o.ckpt, r.id, std::max(o.steps, r.resume.step), r.micro_done,
-                                   *r.engine, &r.resume);
-      !s.ok()) {
+  if (r.stop_signal != 0) {
+    if (Status s = StopCheckpoint(o.ckpt, r.id, r.stop_step, r.micro_done, *r.engine, &r.resume);
+        !s.ok()) {
+      return Fail(1, s.message());
+    }
+    if (r.rank == 0) {
+      std::fprintf(stderr, "strata train: stopped by %s after step %lld of %lld; %s\n",
+                   strsignal(r.stop_signal), static_cast<long long>(r.stop_step),
+                   static_cast<long long>(o.steps),
+                   o.ckpt.save.empty() ? "nothing saved (no --save DIR)"
+                                       : ("saved to " + o.ckpt.save +
+                                          "; run the same command with --load auto to continue")
+                                             .c_str());
+    }
+  } else if (Status s = FinishCheckpoints(o.ckpt, r.id, std::max(o.steps, r.resume.step),
+                                          r.micro_done, *r.engine, &r.resume);
+             !s.ok()) {
     return Fail(1, s.message());
   }
+  const int exit_code = r.stop_signal != 0 ? PreemptedExitCode(r.stop_signal) : 0;
   if (t.losses.empty()) {  // resumed at or past --steps
     const long long at = static_cast<long long>(r.resume.step);
     if (r.rank == 0 && !o.json) std::printf("done: nothing to train (already at step %lld)\n", at);
     if (r.rank == 0 && o.json) std::printf("{\"losses\": [], \"steps\": %lld}\n", at);
-    return 0;
+    return exit_code;
   }
-  if (r.rank != 0) return 0;
+  if (r.rank != 0) return exit_code;
   const EngineStats& s = r.engine->stats();
   const uint64_t peak_device = r.device->MemoryStats().peak_bytes;
   t.peak_cpu = r.budget.Stats(Tier::kCpu).peak_bytes;
@@ -338,8 +402,9 @@ int RunTrain(const std::vector<std::string>& args) {
     AddMemoryJson(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base), &j);
     j["config"] = {{"stage", c.zero.stage}, {"offload_optimizer", offload}, {"dtype", dtype}};
     j["last_step_breakdown"] = nlohmann::json::parse(r.engine->last_breakdown().ToJson());
+    if (r.stop_signal != 0) j["stopped_by_signal"] = r.stop_signal;
     std::printf("%s\n", j.dump().c_str());
-    return 0;
+    return exit_code;
   }
   std::printf(
       "done: %lld steps (%lld skipped), loss %.4f -> %.4f, %.0f tokens/s, %.1f s, peak device "
@@ -349,7 +414,7 @@ int RunTrain(const std::vector<std::string>& args) {
       Mib(t.peak_cpu).c_str());
   std::printf("%s",
               TrainMemoryEndText(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base)).c_str());
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

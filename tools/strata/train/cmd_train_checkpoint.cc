@@ -1,13 +1,19 @@
 // strata train's --save / --load / --export (cmd_train_checkpoint.h).
 #include "tools/strata/train/cmd_train_checkpoint.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <utility>
+#include <vector>
 
+#include "core/units.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "tools/strata/cmd_export.h"
+#include "tools/strata/train/cmd_train_space.h"
 
 namespace strata::cli {
 
@@ -20,6 +26,8 @@ void RegisterCheckpointFlags(FlagParser& flags, CheckpointFlags* f) {
             "also save every N optimizer steps (0: only at the end)", 0);
   flags.String("load", &f->load,
                "resume from a checkpoint directory, or `auto`: from --save's if it has one");
+  flags.Int("save-total-limit", &f->save_total_limit,
+            "keep only the newest N checkpoints in --save's directory (0: all)", 0);
   flags.String("export", &f->export_dir,
                "after training, export the final checkpoint as a Hugging Face directory");
 }
@@ -27,6 +35,7 @@ void RegisterCheckpointFlags(FlagParser& flags, CheckpointFlags* f) {
 Status ValidateCheckpointFlags(const CheckpointFlags& f) {
   if (f.save.empty()) {
     if (f.save_interval > 0) return InvalidArgumentError("--save-interval needs --save DIR");
+    if (f.save_total_limit > 0) return InvalidArgumentError("--save-total-limit needs --save DIR");
     if (!f.export_dir.empty()) {
       return InvalidArgumentError("--export DIR needs --save DIR (it consolidates the checkpoint)");
     }
@@ -36,6 +45,63 @@ Status ValidateCheckpointFlags(const CheckpointFlags& f) {
 }
 
 namespace {
+
+// Note [Save total limit]
+// After each save, rank 0 keeps the `limit` newest complete checkpoints of `dir` (by their
+// manifests' global step; a tag directory without a manifest is not a checkpoint and is left
+// alone) and removes the older ones, except the one `latest` names and the one this run resumed
+// from. Each removal deletes the manifest first, so a kill mid-removal leaves a directory that
+// is no longer a complete checkpoint rather than a broken one.
+Result<std::vector<std::string>> PruneCheckpoints(const std::string& dir, int64_t limit,
+                                                  const std::string& resumed_tag) {
+  STRATA_ASSIGN_OR_RETURN(const std::string latest, ReadLatestTag(dir));
+  std::vector<std::pair<int64_t, std::string>> found;  // (global step, tag)
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string tag = e.path().filename().string();
+    if (!e.is_directory() || !ValidateCheckpointTag(tag).ok()) continue;
+    if (!fs::exists(e.path() / kCheckpointManifestFile)) continue;
+    Result<CheckpointManifest> m = ReadCheckpointManifest(e.path().string());
+    if (!m.ok()) continue;  // not ours to judge: left alone
+    found.emplace_back(m->global_steps, tag);
+  }
+  if (ec) return IoError("--save-total-limit: list " + dir + ": " + ec.message());
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> removed;
+  for (size_t i = static_cast<size_t>(limit); i < found.size(); ++i) {
+    const std::string& tag = found[i].second;
+    if (tag == latest || tag == resumed_tag) continue;
+    const fs::path path = fs::path(dir) / tag;
+    fs::remove(path / kCheckpointManifestFile, ec);
+    if (!ec) fs::remove_all(path, ec);
+    if (ec) return IoError("--save-total-limit: remove " + path.string() + ": " + ec.message());
+    removed.push_back(tag);
+  }
+  return removed;
+}
+
+// A save that failed: rank 0 removes what it wrote (<tag>.partial: never a checkpoint, and on a
+// full disk it holds the space), and a full disk is said as such, with the sizes and the way on.
+Status ExplainFailedSave(const CheckpointFlags& f, const TrainIdentity& id, const std::string& tag,
+                         const Status& s) {
+  if (id.rank != 0) return s;
+  std::error_code ec;
+  fs::remove_all(fs::path(f.save) / (tag + ".partial"), ec);
+  if (!IsOutOfSpace(s, f.save, id.checkpoint_bytes)) return s;
+  const uint64_t free = FreeBytes(f.save);
+  const uint64_t missing = free < id.checkpoint_bytes ? id.checkpoint_bytes - free : 0;
+  Result<std::string> latest = ReadLatestTag(f.save);
+  const std::string from = latest.ok() ? "from " + *latest + ", which is intact"
+                                       : "(there is no earlier checkpoint: it starts over)";
+  return Status(StatusCode::kIoError,
+                "checkpoint: saving " + tag + " to " + f.save + " ran out of disk space (" +
+                    s.message() + "); a checkpoint of this model needs " +
+                    FormatBytes(id.checkpoint_bytes) + " and the filesystem has " +
+                    FormatBytes(free) + " free: free " +
+                    (missing > 0 ? FormatBytes(missing) : std::string("space")) +
+                    " there, then run the same command with --load auto to continue " + from,
+                ENOSPC);
+}
 
 std::string ClientState(const TrainIdentity& id, int64_t step, int64_t micro) {
   nlohmann::json j;
@@ -50,8 +116,20 @@ std::string ClientState(const TrainIdentity& id, int64_t step, int64_t micro) {
 
 Status Save(const CheckpointFlags& f, const TrainIdentity& id, int64_t step, int64_t micro,
             Engine& engine, TrainResume* resume) {
-  STRATA_RETURN_IF_ERROR(engine.SaveCheckpoint(f.save, "", ClientState(id, step, micro)));
+  if (Status s = engine.SaveCheckpoint(f.save, "", ClientState(id, step, micro)); !s.ok()) {
+    return ExplainFailedSave(f, id, DefaultCheckpointTag(engine.stats().global_steps), s);
+  }
   resume->last_saved_step = step;
+  if (f.save_total_limit > 0 && id.rank == 0) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<std::string> removed,
+                            PruneCheckpoints(f.save, f.save_total_limit, resume->resumed_tag));
+    if (id.print && !removed.empty()) {
+      std::string list;
+      for (const std::string& t : removed) list += (list.empty() ? "" : ", ") + t;
+      std::printf("checkpoint: removed %s (--save-total-limit %lld)\n", list.c_str(),
+                  static_cast<long long>(f.save_total_limit));
+    }
+  }
   if (id.print) {
     std::printf("checkpoint: saved %s to %s\n",
                 DefaultCheckpointTag(engine.stats().global_steps).c_str(), f.save.c_str());
@@ -80,6 +158,12 @@ Status StartCheckpoints(const CheckpointFlags& f, const llama::LlamaConfig& mode
       if (id.print) std::printf("checkpoint: none in %s, starting fresh\n", dir.c_str());
       return Status::Ok();
     }
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string resumed_tag, ReadLatestTag(dir));
+  std::error_code same_ec;
+  if (!f.save.empty() &&
+      fs::weakly_canonical(dir, same_ec) == fs::weakly_canonical(f.save, same_ec)) {
+    resume->resumed_tag = resumed_tag;  // --save-total-limit keeps it
   }
   STRATA_ASSIGN_OR_RETURN(std::string client_text, engine.LoadCheckpoint(dir));
   const nlohmann::json client = nlohmann::json::parse(client_text, nullptr, false);
@@ -129,6 +213,12 @@ Status FinishCheckpoints(const CheckpointFlags& f, const TrainIdentity& id, int6
   STRATA_ASSIGN_OR_RETURN(std::string line, ExportLlamaCheckpoint(f.save, f.export_dir, {}));
   if (id.print) std::printf("%s\n", line.c_str());
   return Status::Ok();
+}
+
+Status StopCheckpoint(const CheckpointFlags& f, const TrainIdentity& id, int64_t step,
+                      int64_t micro, Engine& engine, TrainResume* resume) {
+  if (f.save.empty() || resume->last_saved_step == step) return Status::Ok();
+  return Save(f, id, step, micro, engine, resume);
 }
 
 }  // namespace strata::cli

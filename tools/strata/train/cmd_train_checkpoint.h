@@ -23,6 +23,7 @@ namespace strata::cli {
 struct CheckpointFlags {
   std::string save, load, export_dir;
   int64_t save_interval = 0;
+  int64_t save_total_limit = 0;  // 0: keep every checkpoint
 };
 
 // Where training starts (0, 0 for a fresh run) and the last step saved.
@@ -30,17 +31,20 @@ struct TrainResume {
   int64_t step = 0;
   int64_t micro = 0;
   int64_t last_saved_step = -1;
+  std::string resumed_tag;  // the checkpoint --load read (never removed by --save-total-limit)
 };
 
 void RegisterCheckpointFlags(FlagParser& flags, CheckpointFlags* f);
-// InvalidArgument naming the flag: --save-interval, --export and --load auto need --save.
+// InvalidArgument naming the flag: --save-interval, --save-total-limit and --load auto need
+// --save.
 Status ValidateCheckpointFlags(const CheckpointFlags& f);
 
 struct TrainIdentity {
   int rank = 0, world = 1;
   int64_t micro_batch = 1, gas = 1;
   uint64_t seed = 0;
-  bool print = false;  // rank 0, not --json: one line per action
+  bool print = false;             // rank 0, not --json: one line per action
+  uint64_t checkpoint_bytes = 0;  // one checkpoint's size (cmd_train_space.h), for messages
 };
 
 // After the engine is built: writes the model's config.json into --save's directory (rank 0)
@@ -56,5 +60,10 @@ Status AfterStepCheckpoint(const CheckpointFlags& f, const TrainIdentity& id, in
 // At the end: the final save (unless that step is saved already) and --export (rank 0).
 Status FinishCheckpoints(const CheckpointFlags& f, const TrainIdentity& id, int64_t step,
                          int64_t micro, Engine& engine, TrainResume* resume);
+
+// After a SIGTERM / SIGINT stopped the run after `step`: saves (unless that step is saved
+// already) when --save is set; no export.
+Status StopCheckpoint(const CheckpointFlags& f, const TrainIdentity& id, int64_t step,
+                      int64_t micro, Engine& engine, TrainResume* resume);
 
 }  // namespace strata::cli
