@@ -53,7 +53,8 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
   struct Fs {
     uint64_t need = 0, reusable = 0;
     std::string dirs;
-    std::string first;
+    std::string first, first_what;
+    int count = 0;
   };
   std::map<dev_t, Fs> by_fs;
   for (const SpaceNeed& n : needs) {
@@ -65,16 +66,21 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
     f.reusable += n.reusable_bytes;
     f.dirs +=
         (f.dirs.empty() ? "" : " and ") + n.what + " " + n.dir + " (" + FormatBytes(n.bytes) + ")";
-    if (f.first.empty()) f.first = n.dir;
+    if (f.count++ == 0) {
+      f.first = n.dir;
+      f.first_what = n.what;
+    }
   }
   std::string errors;
   for (const auto& [dev, f] : by_fs) {
     const uint64_t free = FreeBytes(f.first);
     const uint64_t have = free == UINT64_MAX ? free : free + f.reusable;
     if (have >= f.need) continue;
-    errors += (errors.empty() ? "" : "; ") + std::string("not enough disk space: ") + f.dirs +
-              " need " + FormatBytes(f.need) + ", the filesystem has " + FormatBytes(have) +
-              " free: " + FormatBytes(f.need - have) +
+    const std::string needs_text =
+        f.count == 1 ? f.first_what + " " + f.first + " needs " + FormatBytes(f.need)
+                     : f.dirs + " need " + FormatBytes(f.need) + " together";
+    errors += (errors.empty() ? "" : "; ") + std::string("not enough disk space: ") + needs_text +
+              "; the filesystem has " + FormatBytes(have) + " free: " + FormatBytes(f.need - have) +
               " missing; free that much there or give a directory on a larger disk";
   }
   if (errors.empty()) return Status::Ok();

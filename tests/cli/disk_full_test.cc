@@ -1,0 +1,141 @@
+// A full disk, on a small tmpfs the test mounts (mount(2) needs CAP_SYS_ADMIN: the tests skip,
+// saying so, without it). strata train refuses to start when --save's directory lacks the space
+// of one checkpoint, saying how much is missing; a save that runs out of space midway fails
+// naming the sizes, removes its unfinished directory and leaves the previous checkpoint intact:
+// once space is freed (the tmpfs made larger) the same command resumes from it, bit for bit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/cli/child_process.h"
+#include "tests/cli/nvme_run.h"
+#include "tests/support/test_util.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+// A tmpfs of a given size at a directory, unmounted on destruction.
+class Tmpfs {
+ public:
+  Tmpfs(const std::string& dir, const std::string& size) : dir_(dir) {
+    fs::create_directories(dir);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      error_ = std::strerror(errno);
+    }
+  }
+  ~Tmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+  // Freeing space, as far as the test is concerned: the filesystem grows, its files stay.
+  bool Resize(const std::string& size) {
+    return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, ("size=" + size).c_str()) == 0;
+  }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+std::vector<std::string> Command(const std::string& cfg, const std::string& save, int steps) {
+  return testing::Words(std::string(STRATA_BIN) + " train --config " + cfg +
+                        " --init tiny --seq-len 32 --seed 3 --json --steps " +
+                        std::to_string(steps) + " --save " + save +
+                        " --save-interval 2 --load auto");
+}
+
+#define MOUNT_OR_SKIP(fs)                                                                       \
+  if (!(fs).mounted()) {                                                                        \
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << (fs).error()                               \
+                 << "): the disk-full tests need CAP_SYS_ADMIN (run as root or in a container " \
+                    "with it)";                                                                 \
+  }
+
+TEST(DiskFullTest, TooSmallSaveDirectoryIsRefusedAtStartSayingWhatIsMissing) {
+  testing::ScratchDir dir;
+  Tmpfs small(dir.File("small"), "4m");
+  MOUNT_OR_SKIP(small);
+  const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), dir.File("swap"));
+  const std::string save = dir.File("small") + "/ckpt";
+  testing::ChildProcess p(Command(cfg, save, 2), dir.File("1.out"), dir.File("1.err"));
+  EXPECT_EQ(p.Wait(), 1);
+  const std::string err = testing::ReadText(dir.File("1.err"));
+  EXPECT_THAT(err, HasSubstr("not enough disk space: --save " + save + " needs "));
+  EXPECT_THAT(err, HasSubstr("; the filesystem has 4 MiB free: "));
+  EXPECT_THAT(err, HasSubstr("missing; free that much there or give a directory on a larger disk"));
+  EXPECT_FALSE(fs::exists(fs::path(dir.File("swap")) / "strata-optimizer-rank0.swap"))
+      << "refused before anything was placed";
+
+  // Advice 1: a directory on a larger disk.
+  testing::ChildProcess larger(Command(cfg, dir.File("ckpt"), 2), dir.File("2.out"),
+                               dir.File("2.err"));
+  EXPECT_EQ(larger.Wait(), 0) << testing::ReadText(dir.File("2.err"));
+  // Advice 2: free that much there.
+  ASSERT_TRUE(small.Resize("32m"));
+  testing::ChildProcess freed(Command(cfg, save, 2), dir.File("3.out"), dir.File("3.err"));
+  EXPECT_EQ(freed.Wait(), 0) << testing::ReadText(dir.File("3.err"));
+}
+
+TEST(DiskFullTest, TooSmallNvmePathIsRefusedAtStart) {
+  testing::ScratchDir dir;
+  Tmpfs small(dir.File("small"), "2m");
+  MOUNT_OR_SKIP(small);
+  const std::string swap = dir.File("small") + "/swap";
+  const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), swap);
+  testing::ChildProcess p(Command(cfg, dir.File("ckpt"), 2), dir.File("1.out"), dir.File("1.err"));
+  EXPECT_EQ(p.Wait(), 1);
+  const std::string err = testing::ReadText(dir.File("1.err"));
+  EXPECT_THAT(err, HasSubstr("not enough disk space: nvme_path " + swap + " needs "));
+  EXPECT_THAT(err, HasSubstr("missing"));
+}
+
+TEST(DiskFullTest, SaveThatRunsOutOfSpaceKeepsThePreviousCheckpointLoadable) {
+  testing::ScratchDir dir;
+  const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), dir.File("swap"));
+  // The uninterrupted run, on the real disk.
+  testing::ChildProcess ref(Command(cfg, dir.File("ref"), 6), dir.File("r.out"), dir.File("r.err"));
+  ASSERT_EQ(ref.Wait(), 0) << testing::ReadText(dir.File("r.err"));
+  const std::vector<double> all = testing::JsonLosses(testing::ReadText(dir.File("r.out")));
+  ASSERT_EQ(all.size(), 6u);
+
+  // Room for one checkpoint (about 10 MiB for tiny) but not two.
+  Tmpfs mid(dir.File("mid"), "16m");
+  MOUNT_OR_SKIP(mid);
+  const std::string save = dir.File("mid") + "/ckpt";
+  const std::vector<std::string> cmd = Command(cfg, save, 6);
+  testing::ChildProcess p(cmd, dir.File("1.out"), dir.File("1.err"));
+  EXPECT_EQ(p.Wait(), 1);
+  const std::string err = testing::ReadText(dir.File("1.err"));
+  EXPECT_THAT(err, HasSubstr("saving global_step4 to " + save + " ran out of disk space"));
+  EXPECT_THAT(err, HasSubstr("No space left on device"));
+  EXPECT_THAT(err, HasSubstr("a checkpoint of this model needs "));
+  EXPECT_THAT(err, HasSubstr("then run the same command with --load auto to continue from "
+                             "global_step2, which is intact"));
+  EXPECT_EQ(testing::ReadText(save + "/latest"), "global_step2\n");
+  EXPECT_FALSE(fs::exists(save + "/global_step4.partial")) << "the unfinished save is removed";
+  EXPECT_TRUE(fs::exists(save + "/global_step2/manifest.json"));
+
+  // The advice: free the space (the filesystem grows), run the same command.
+  ASSERT_TRUE(mid.Resize("64m"));
+  testing::ChildProcess again(cmd, dir.File("2.out"), dir.File("2.err"));
+  ASSERT_EQ(again.Wait(), 0) << testing::ReadText(dir.File("2.err"));
+  const std::vector<double> rest = testing::JsonLosses(testing::ReadText(dir.File("2.out")));
+  ASSERT_EQ(rest.size(), 4u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], all[2 + i]) << "step " << i + 3;
+}
+
+}  // namespace
+}  // namespace strata
