@@ -103,5 +103,25 @@ TEST(PreemptMpiTest, WorldTwoUnderMpirunStopsBothRanksAfterTheSameStep) {
     EXPECT_EQ(i < first.size() ? first[i] : rest[i - first.size()], all[i]) << "step " << i + 1;
   }
 }
+// --export without --save at world 2: each parameter gathered from both ranks' NVMe-resident
+// partitions; byte for byte the export of the same run's saved checkpoint.
+TEST(PreemptMpiTest, WorldTwoExportWithoutSaveEqualsTheCheckpointsExport) {
+  testing::ScratchDir dir;
+  const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), dir.File("swap"));
+  const std::string base = std::string(MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " +
+                           STRATA_BIN + " train --config " + cfg +
+                           " --init tiny --seq-len 32 --steps 2 ";
+  testing::ChildProcess saved(
+      testing::Words(base + "--save " + dir.File("ckpt") + " --export " + dir.File("a")),
+      dir.File("1.out"), dir.File("1.err"));
+  ASSERT_EQ(saved.Wait(), 0) << testing::ReadText(dir.File("1.err"));
+  testing::ChildProcess direct(testing::Words(base + "--export " + dir.File("b")),
+                               dir.File("2.out"), dir.File("2.err"));
+  ASSERT_EQ(direct.Wait(), 0) << testing::ReadText(dir.File("2.err"));
+  const std::string a = testing::ReadText(dir.File("a") + "/model.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == testing::ReadText(dir.File("b") + "/model.safetensors"));
+}
+
 }  // namespace
 }  // namespace strata

@@ -97,10 +97,6 @@ TEST(CheckpointCliTest, ErrorsAreOneLineAndExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("CKPT_DIR OUT_DIR"));
   r = testing::RunCommand(
-      Strata("train --config " + cfg + " --init tiny --steps 1 --export " + dir.File("x")));
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--export DIR needs --save DIR"));
-  r = testing::RunCommand(
       Strata("train --config " + cfg + " --init tiny --steps 1 --load " + dir.File("none")));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("latest"));

@@ -32,6 +32,7 @@
 #include "offload/tier_budget.h"
 #include "tools/strata/subcommand.h"
 #include "tools/strata/train/cmd_train_checkpoint.h"
+#include "tools/strata/train/cmd_train_export.h"
 #include "tools/strata/train/cmd_train_memory.h"
 #include "tools/strata/train/cmd_train_setup.h"
 #include "tools/strata/train/cmd_train_signal.h"
@@ -380,6 +381,11 @@ int RunTrain(const std::vector<std::string>& args) {
                                           r.micro_done, *r.engine, &r.resume);
              !s.ok()) {
     return Fail(1, s.message());
+  } else if (!o.ckpt.export_dir.empty() && o.ckpt.save.empty()) {
+    Result<std::string> line =
+        ExportFromEngine(*r.engine, *r.model, r.model_config, r.rank, o.ckpt.export_dir);
+    if (!line.ok()) return Fail(1, line.status().message());
+    if (r.id.print) std::printf("%s\n", line->c_str());
   }
   const int exit_code = r.stop_signal != 0 ? PreemptedExitCode(r.stop_signal) : 0;
   if (t.losses.empty()) {  // resumed at or past --steps

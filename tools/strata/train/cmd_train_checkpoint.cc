@@ -29,16 +29,14 @@ void RegisterCheckpointFlags(FlagParser& flags, CheckpointFlags* f) {
   flags.Int("save-total-limit", &f->save_total_limit,
             "keep only the newest N checkpoints in --save's directory (0: all)", 0);
   flags.String("export", &f->export_dir,
-               "after training, export the final checkpoint as a Hugging Face directory");
+               "after training, export the weights as a Hugging Face directory (from the "
+               "final checkpoint with --save, else from the engine's state)");
 }
 
 Status ValidateCheckpointFlags(const CheckpointFlags& f) {
   if (f.save.empty()) {
     if (f.save_interval > 0) return InvalidArgumentError("--save-interval needs --save DIR");
     if (f.save_total_limit > 0) return InvalidArgumentError("--save-total-limit needs --save DIR");
-    if (!f.export_dir.empty()) {
-      return InvalidArgumentError("--export DIR needs --save DIR (it consolidates the checkpoint)");
-    }
     if (f.load == "auto") return InvalidArgumentError("--load auto needs --save DIR");
   }
   return Status::Ok();

@@ -1,6 +1,7 @@
 // `strata train`'s checkpoints: --save DIR (at the end and every --save-interval steps),
 // --load DIR|auto (resume: parameters, optimizer state, counters and the data position) and
-// --export DIR (a Hugging Face directory after training). Kept apart from cmd_train.cc so the
+// --export DIR (a Hugging Face directory after training: from the saved checkpoint with --save,
+// else from the engine's state, cmd_train_export.h). Kept apart from cmd_train.cc so the
 // loop only calls three functions.
 //
 // The data position travels in the checkpoint's client_state as

@@ -1,0 +1,25 @@
+// `strata train --export DIR` without --save: the trained weights consolidated from the engine's
+// state directly, with no checkpoint written. One parameter at a time, every rank gathering its
+// slice of the fp32 master (Engine::GatherMasterParameter: read from wherever the state lives,
+// NVMe included, through a buffer of that one parameter) and rank 0 writing it into the Hugging
+// Face directory, so the whole model is never in RAM at once - as `strata export` does from a
+// checkpoint's shards. With --save, --export consolidates the saved checkpoint instead.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "models/llama/llama_config.h"
+#include "nn/modules/causal_lm.h"
+
+namespace strata::cli {
+
+// All ranks call it together. Rank 0 writes `out_dir`/model.safetensors (fp32, sharded past
+// 5 GB as transformers does) and config.json, and returns a one-line summary; other ranks
+// return "".
+Result<std::string> ExportFromEngine(Engine& engine, nn::CausalLM& model,
+                                     const llama::LlamaConfig& config, int rank,
+                                     const std::string& out_dir);
+
+}  // namespace strata::cli
