@@ -103,6 +103,42 @@ TEST(PreemptMpiTest, WorldTwoUnderMpirunStopsBothRanksAfterTheSameStep) {
     EXPECT_EQ(i < first.size() ? first[i] : rest[i - first.size()], all[i]) << "step " << i + 1;
   }
 }
+// strata launch: SIGTERM to the launcher reaches every rank through mpirun (as SIGUSR1, which
+// mpirun forwards without killing the job a second later) and becomes a SIGTERM there; the ranks
+// stop after the same step, save and the launcher exits 143. A slow save would survive too.
+TEST(PreemptMpiTest, StrataLaunchForwardsSigtermSoEveryRankSavesAtTheSameStep) {
+  testing::ScratchDir dir;
+  const std::string launch = std::string(STRATA_BIN) + " launch --num_procs 2 -- ";
+  const std::vector<double> all = Uninterrupted(launch, dir.File("ref"), kSteps);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kSteps));
+
+  const std::string root = dir.File("run");
+  fs::create_directories(root);
+  const std::vector<std::string> cmd =
+      testing::Words(launch + std::string(STRATA_BIN) + Args(root, kSteps));
+  testing::ChildProcess p(cmd, dir.File("1.out"), dir.File("1.err"));
+  WaitFor(p, fs::path(root) / "ckpt" / "global_step2");
+  p.Signal(SIGTERM);
+  const int code = p.Wait();
+  const std::string err = testing::ReadText(dir.File("1.err"));
+  EXPECT_EQ(code, 143) << err;
+  const std::vector<double> first = testing::JsonLosses(testing::ReadText(dir.File("1.out")));
+  ASSERT_GE(first.size(), 2u) << err;
+  ASSERT_LT(first.size(), static_cast<size_t>(kSteps));
+  const std::string step = std::to_string(first.size());
+  EXPECT_THAT(err, HasSubstr("stopped by Terminated after step " + step));
+  EXPECT_THAT(err, HasSubstr("strata launch: stopped by signal 15"));
+  EXPECT_EQ(testing::ReadText(root + "/ckpt/latest"), "global_step" + step + "\n");
+
+  testing::ChildProcess again(cmd, dir.File("2.out"), dir.File("2.err"));
+  ASSERT_EQ(again.Wait(), 0) << testing::ReadText(dir.File("2.err"));
+  const std::vector<double> rest = testing::JsonLosses(testing::ReadText(dir.File("2.out")));
+  ASSERT_EQ(first.size() + rest.size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(i < first.size() ? first[i] : rest[i - first.size()], all[i]) << "step " << i + 1;
+  }
+}
+
 // --export without --save at world 2: each parameter gathered from both ranks' NVMe-resident
 // partitions; byte for byte the export of the same run's saved checkpoint.
 TEST(PreemptMpiTest, WorldTwoExportWithoutSaveEqualsTheCheckpointsExport) {

@@ -4,11 +4,13 @@
 // engine reads (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR/PORT come from
 // mpirun -x), CUDA_VISIBLE_DEVICES for its node, pins itself to its share of the cores (hwloc),
 // runs the program, writes its log (--log_dir) and reports how it ended. The top level forwards
-// SIGINT/SIGTERM to mpirun and ends with the first failing rank's exit code and a line naming it.
+// SIGINT/SIGTERM to every rank (Note [Signals through mpirun]) and ends with the first failing
+// rank's exit code and a line naming it.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,17 +39,41 @@ constexpr char kMarker[] = "@@strata-launch ";
 volatile sig_atomic_t g_child = 0;
 volatile sig_atomic_t g_forwarded = 0;
 
-void Forward(int sig) {
+// Note [Signals through mpirun]
+// mpirun answers SIGTERM and SIGINT by ending the job: SIGTERM to every process, then SIGKILL
+// one second later (odls_base_sigkill_timeout) - too soon for `strata train` to finish its step
+// and save. SIGUSR1 and SIGUSR2 it forwards to every process and lets them end on their own. So
+// the top level sends mpirun SIGUSR1 for a SIGTERM and SIGUSR2 for a SIGINT; each rank's
+// `strata launch --as_rank` turns them back into SIGTERM / SIGINT for its program, whose ranks
+// then agree on the step to stop after (tools/strata/train/cmd_train_signal.h). mpirun runs in
+// a process group of its own, so a terminal's Ctrl-C reaches it only this way (its stdin is
+// /dev/null: a background group may not read the terminal); so does each rank's program, as
+// mpirun signals a rank's whole group, and the program must not see SIGUSR1 itself (it is
+// SIGKILLed if its --as_rank parent dies, as it would have been with the group). A second signal
+// goes the same way and ends the program at once.
+void ForwardToMpirun(int sig) {
   g_forwarded = sig;
-  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig == SIGINT ? SIGUSR2 : SIGUSR1);
 }
 
-void InstallForwarding() {
+// In a rank: SIGUSR1 / SIGUSR2 from mpirun are the launcher's SIGTERM / SIGINT; a SIGTERM or
+// SIGINT of its own (mpirun ending the job) is passed on as it is.
+void ForwardToProgram(int sig) {
+  const int to = sig == SIGUSR1 ? SIGTERM : sig == SIGUSR2 ? SIGINT : sig;
+  g_forwarded = to;
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), to);
+}
+
+void InstallForwarding(void (*handler)(int), bool user_signals) {
   struct sigaction sa {};
-  sa.sa_handler = &Forward;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  if (user_signals) {
+    sigaction(SIGUSR1, &sa, nullptr);
+    sigaction(SIGUSR2, &sa, nullptr);
+  }
 }
 
 int Fail(const std::string& what, int code = 1) {
@@ -55,10 +81,25 @@ int Fail(const std::string& what, int code = 1) {
   return code;
 }
 
-// Forks and execs argv with stdout/stderr sent to the given fds (-1 = inherit).
-pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+enum class Group { kInherit, kOwnNoStdin, kOwnDiesWithParent };
+
+// Forks and execs argv with stdout/stderr sent to the given fds (-1 = inherit), in a process
+// group of its own unless kInherit (Note [Signals through mpirun]): mpirun with stdin /dev/null;
+// a rank's program killed (SIGKILL) if its `strata launch --as_rank` dies.
+pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd,
+            Group group = Group::kInherit) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;
+  if (group != Group::kInherit) setpgid(0, 0);
+  if (group == Group::kOwnNoStdin) {
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  }
+  if (group == Group::kOwnDiesWithParent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(137);  // the parent died before prctl
+  }
   if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
   std::vector<char*> args;
@@ -143,8 +184,8 @@ int RunRank(const std::string& node_slots, bool set_cuda_visible, bool bind_core
       return Fail(std::string("pipe: ") + std::strerror(errno));
     }
   }
-  InstallForwarding();
-  const pid_t child = Spawn(program, out_pipe[1], err_pipe[1]);
+  InstallForwarding(&ForwardToProgram, /*user_signals=*/true);
+  const pid_t child = Spawn(program, out_pipe[1], err_pipe[1], Group::kOwnDiesWithParent);
   if (child < 0) return Fail(std::string("fork: ") + std::strerror(errno));
   g_child = child;
   if (log_fd >= 0) {
@@ -308,8 +349,8 @@ int RunLaunch(const std::vector<std::string>& args) {
 
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return Fail(std::string("pipe: ") + std::strerror(errno));
-  InstallForwarding();
-  const pid_t child = Spawn(plan->mpirun_argv, -1, err_pipe[1]);
+  InstallForwarding(&ForwardToMpirun, /*user_signals=*/false);
+  const pid_t child = Spawn(plan->mpirun_argv, -1, err_pipe[1], Group::kOwnNoStdin);
   if (child < 0) return Fail(std::string("fork: ") + std::strerror(errno));
   g_child = child;
   close(err_pipe[1]);
