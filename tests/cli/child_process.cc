@@ -12,17 +12,21 @@
 namespace strata::testing {
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& out_path,
-                           const std::string& err_path) {
+                           const std::string& err_path, const std::vector<std::string>& env) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;  // built before fork: the child only execs
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
   pid_ = fork();
   if (pid_ != 0) return;
   const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (out >= 0) dup2(out, STDOUT_FILENO);
   if (err >= 0) dup2(err, STDERR_FILENO);
-  execv(args[0], args.data());
+  execve(args[0], args.data(), envp.data());
   _exit(127);
 }
 

@@ -11,9 +11,10 @@ namespace strata::testing {
 
 class ChildProcess {
  public:
-  // Starts `argv` (argv[0] a path) with stdout to `out_path` and stderr to `err_path`.
+  // Starts `argv` (argv[0] a path) with stdout to `out_path` and stderr to `err_path`, and
+  // `env` ("NAME=value") added to this process's environment.
   ChildProcess(const std::vector<std::string>& argv, const std::string& out_path,
-               const std::string& err_path);
+               const std::string& err_path, const std::vector<std::string>& env = {});
   ~ChildProcess();  // SIGKILLs and reaps a child still running
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

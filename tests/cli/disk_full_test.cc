@@ -1,8 +1,10 @@
-// A full disk, on a small tmpfs the test mounts (mount(2) needs CAP_SYS_ADMIN: the tests skip,
-// saying so, without it). strata train refuses to start when --save's directory lacks the space
-// of one checkpoint, saying how much is missing; a save that runs out of space midway fails
-// naming the sizes, removes its unfinished directory and leaves the previous checkpoint intact:
-// once space is freed (the tmpfs made larger) the same command resumes from it, bit for bit.
+// A full disk, on a small tmpfs the test mounts (mount(2) needs CAP_SYS_ADMIN: the tmpfs variant
+// skips, saying so, without it) and, always, on a directory that fault injection makes a small
+// filesystem (small_disk_preload.c). strata train refuses to start when --save's directory lacks
+// the space of one checkpoint, saying how much is missing; a save that runs out of space midway
+// fails naming the sizes, removes its unfinished directory and leaves the previous checkpoint
+// intact: once space is freed (the tmpfs made larger) the same command resumes from it, bit for
+// bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -23,32 +25,54 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-// A tmpfs of a given size at a directory, unmounted on destruction.
-class Tmpfs {
+// A small filesystem at a directory: a tmpfs of that size (mount(2), CAP_SYS_ADMIN), or, by
+// fault injection, a directory that small_disk_preload.so makes behave as one in the strata
+// processes started with env(). Resize is "freeing space": the filesystem grows, its files stay.
+class SmallDisk {
  public:
-  Tmpfs(const std::string& dir, const std::string& size) : dir_(dir) {
+  SmallDisk(bool tmpfs, const std::string& dir, uint64_t bytes) : tmpfs_(tmpfs), dir_(dir) {
     fs::create_directories(dir);
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0) {
-      mounted_ = true;
+    dir_ = fs::canonical(dir).string();
+    if (!tmpfs) {
+      bytes_ = bytes;
+      ready_ = true;
+    } else if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, Size(bytes).c_str()) == 0) {
+      ready_ = true;
     } else {
       error_ = std::strerror(errno);
     }
   }
-  ~Tmpfs() {
-    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  ~SmallDisk() {
+    if (tmpfs_ && ready_) ::umount2(dir_.c_str(), MNT_DETACH);
   }
-  bool mounted() const { return mounted_; }
+  bool ready() const { return ready_; }
   const std::string& error() const { return error_; }
-  // Freeing space, as far as the test is concerned: the filesystem grows, its files stay.
-  bool Resize(const std::string& size) {
-    return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, ("size=" + size).c_str()) == 0;
+  const std::string& dir() const { return dir_; }
+  bool Resize(uint64_t bytes) {
+    if (!tmpfs_) {
+      bytes_ = bytes;
+      return true;
+    }
+    return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, Size(bytes).c_str()) == 0;
+  }
+  std::vector<std::string> env() const {
+    if (tmpfs_) return {};
+    return {std::string("LD_PRELOAD=") + SMALL_DISK_PRELOAD, "STRATA_TEST_SMALL_DISK=" + dir_,
+            "STRATA_TEST_SMALL_DISK_BYTES=" + std::to_string(bytes_)};
   }
 
  private:
+  static std::string Size(uint64_t bytes) { return "size=" + std::to_string(bytes); }
+  bool tmpfs_;
   std::string dir_;
-  bool mounted_ = false;
+  uint64_t bytes_ = 0;
+  bool ready_ = false;
   std::string error_;
 };
+
+constexpr uint64_t kMiB = 1 << 20;
+
+class DiskFullTest : public ::testing::TestWithParam<bool> {};
 
 std::vector<std::string> Command(const std::string& cfg, const std::string& save, int steps) {
   return testing::Words(std::string(STRATA_BIN) + " train --config " + cfg +
@@ -57,20 +81,19 @@ std::vector<std::string> Command(const std::string& cfg, const std::string& save
                         " --save-interval 2 --load auto");
 }
 
-#define MOUNT_OR_SKIP(fs)                                                                       \
-  if (!(fs).mounted()) {                                                                        \
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << (fs).error()                               \
-                 << "): the disk-full tests need CAP_SYS_ADMIN (run as root or in a container " \
-                    "with it)";                                                                 \
+#define READY_OR_SKIP(disk)                                                            \
+  if (!(disk).ready()) {                                                               \
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << (disk).error()                    \
+                 << "): needs CAP_SYS_ADMIN; the fault_injected variant runs instead"; \
   }
 
-TEST(DiskFullTest, TooSmallSaveDirectoryIsRefusedAtStartSayingWhatIsMissing) {
+TEST_P(DiskFullTest, TooSmallSaveDirectoryIsRefusedAtStartSayingWhatIsMissing) {
   testing::ScratchDir dir;
-  Tmpfs small(dir.File("small"), "4m");
-  MOUNT_OR_SKIP(small);
+  SmallDisk small(GetParam(), dir.File("small"), 4 * kMiB);
+  READY_OR_SKIP(small);
   const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), dir.File("swap"));
-  const std::string save = dir.File("small") + "/ckpt";
-  testing::ChildProcess p(Command(cfg, save, 2), dir.File("1.out"), dir.File("1.err"));
+  const std::string save = small.dir() + "/ckpt";
+  testing::ChildProcess p(Command(cfg, save, 2), dir.File("1.out"), dir.File("1.err"), small.env());
   EXPECT_EQ(p.Wait(), 1);
   const std::string err = testing::ReadText(dir.File("1.err"));
   EXPECT_THAT(err, HasSubstr("not enough disk space: --save " + save + " needs "));
@@ -81,28 +104,31 @@ TEST(DiskFullTest, TooSmallSaveDirectoryIsRefusedAtStartSayingWhatIsMissing) {
 
   // Advice 1: a directory on a larger disk.
   testing::ChildProcess larger(Command(cfg, dir.File("ckpt"), 2), dir.File("2.out"),
-                               dir.File("2.err"));
+                               dir.File("2.err"), small.env());
   EXPECT_EQ(larger.Wait(), 0) << testing::ReadText(dir.File("2.err"));
   // Advice 2: free that much there.
-  ASSERT_TRUE(small.Resize("32m"));
-  testing::ChildProcess freed(Command(cfg, save, 2), dir.File("3.out"), dir.File("3.err"));
+  ASSERT_TRUE(small.Resize(32 * kMiB));
+  testing::ChildProcess freed(Command(cfg, save, 2), dir.File("3.out"), dir.File("3.err"),
+                              small.env());
   EXPECT_EQ(freed.Wait(), 0) << testing::ReadText(dir.File("3.err"));
 }
 
-TEST(DiskFullTest, TooSmallNvmePathIsRefusedAtStart) {
+TEST_P(DiskFullTest, TooSmallNvmePathIsRefusedAtStart) {
   testing::ScratchDir dir;
-  Tmpfs small(dir.File("small"), "2m");
-  MOUNT_OR_SKIP(small);
-  const std::string swap = dir.File("small") + "/swap";
+  SmallDisk small(GetParam(), dir.File("small"), 2 * kMiB);
+  READY_OR_SKIP(small);
+  const std::string swap = small.dir() + "/swap";
   const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), swap);
-  testing::ChildProcess p(Command(cfg, dir.File("ckpt"), 2), dir.File("1.out"), dir.File("1.err"));
+  testing::ChildProcess p(
+      testing::Words(std::string(STRATA_BIN) + " train --config " + cfg + " --init tiny --steps 1"),
+      dir.File("1.out"), dir.File("1.err"), small.env());
   EXPECT_EQ(p.Wait(), 1);
   const std::string err = testing::ReadText(dir.File("1.err"));
   EXPECT_THAT(err, HasSubstr("not enough disk space: nvme_path " + swap + " needs "));
   EXPECT_THAT(err, HasSubstr("missing"));
 }
 
-TEST(DiskFullTest, SaveThatRunsOutOfSpaceKeepsThePreviousCheckpointLoadable) {
+TEST_P(DiskFullTest, SaveThatRunsOutOfSpaceKeepsThePreviousCheckpointLoadable) {
   testing::ScratchDir dir;
   const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), dir.File("swap"));
   // The uninterrupted run, on the real disk.
@@ -112,11 +138,11 @@ TEST(DiskFullTest, SaveThatRunsOutOfSpaceKeepsThePreviousCheckpointLoadable) {
   ASSERT_EQ(all.size(), 6u);
 
   // Room for one checkpoint (about 10 MiB for tiny) but not two.
-  Tmpfs mid(dir.File("mid"), "16m");
-  MOUNT_OR_SKIP(mid);
-  const std::string save = dir.File("mid") + "/ckpt";
+  SmallDisk mid(GetParam(), dir.File("mid"), 16 * kMiB);
+  READY_OR_SKIP(mid);
+  const std::string save = mid.dir() + "/ckpt";
   const std::vector<std::string> cmd = Command(cfg, save, 6);
-  testing::ChildProcess p(cmd, dir.File("1.out"), dir.File("1.err"));
+  testing::ChildProcess p(cmd, dir.File("1.out"), dir.File("1.err"), mid.env());
   EXPECT_EQ(p.Wait(), 1);
   const std::string err = testing::ReadText(dir.File("1.err"));
   EXPECT_THAT(err, HasSubstr("saving global_step4 to " + save + " ran out of disk space"));
@@ -129,13 +155,18 @@ TEST(DiskFullTest, SaveThatRunsOutOfSpaceKeepsThePreviousCheckpointLoadable) {
   EXPECT_TRUE(fs::exists(save + "/global_step2/manifest.json"));
 
   // The advice: free the space (the filesystem grows), run the same command.
-  ASSERT_TRUE(mid.Resize("64m"));
-  testing::ChildProcess again(cmd, dir.File("2.out"), dir.File("2.err"));
+  ASSERT_TRUE(mid.Resize(64 * kMiB));
+  testing::ChildProcess again(cmd, dir.File("2.out"), dir.File("2.err"), mid.env());
   ASSERT_EQ(again.Wait(), 0) << testing::ReadText(dir.File("2.err"));
   const std::vector<double> rest = testing::JsonLosses(testing::ReadText(dir.File("2.out")));
   ASSERT_EQ(rest.size(), 4u);
   for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], all[2 + i]) << "step " << i + 3;
 }
+
+INSTANTIATE_TEST_SUITE_P(SmallDisks, DiskFullTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "tmpfs" : "fault_injected";
+                         });
 
 }  // namespace
 }  // namespace strata
