@@ -103,12 +103,14 @@ struct Run {
   int64_t stop_step = 0;
 };
 
-// Disk space the run needs before it starts: one checkpoint in --save's directory (rank 0: the
-// ranks' shards together), the plan's swap bytes in the nvme_path directories (spread evenly
-// over them, as the swap space stripes), less what swap files of a killed run already hold.
+// Disk space the run needs before it starts: one checkpoint in --save's directory (the ranks'
+// shards together; every rank checks it, so that all refuse together rather than some waiting
+// in the engine's first collective for one that refused), this rank's plan of swap bytes in the
+// nvme_path directories (spread evenly over them, as the swap space stripes), less what swap
+// files of a killed run already hold.
 std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r) {
   std::vector<SpaceNeed> needs;
-  if (!o.ckpt.save.empty() && r.rank == 0) {
+  if (!o.ckpt.save.empty()) {
     needs.push_back({o.ckpt.save,
                      CheckpointBytes(static_cast<uint64_t>(r.model_config.NumParameters())),
                      "--save"});
