@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cli/child_process.h"
-#include "tests/cli/nvme_run.h"
+#include "tests/cli/resume/child_process.h"
+#include "tests/cli/resume/nvme_run.h"
 #include "tests/support/test_util.h"
 
 namespace strata {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/cli/child_process.h"
-#include "tests/cli/nvme_run.h"
+#include "tests/cli/resume/child_process.h"
+#include "tests/cli/resume/nvme_run.h"
 #include "tests/support/test_util.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-#include "tests/cli/child_process.h"
+#include "tests/cli/resume/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
