@@ -17,7 +17,7 @@ Status CheckAbsentOrEmpty(const Json& node, std::string_view path, const char* k
 }  // namespace
 
 Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
-  STRATA_RETURN_IF_ERROR(GetType(node, path, {"BPE"}).status());
+  STRATA_RETURN_IF_ERROR(GetType(node, path, {"BPE"}));
   if (node.contains("dropout") && !node["dropout"].is_null() &&
       !(node["dropout"].is_number() && node["dropout"].get<double>() == 0.0)) {
     return Unsupported(JoinPath(path, "dropout"), node["dropout"].dump(),

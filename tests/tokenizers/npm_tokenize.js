@@ -19,6 +19,6 @@ for (const t of texts) {
   out.with_special.push(Array.from(tok.encode(t, { add_special_tokens: true })));
   const ids = Array.from(tok.encode(t, { add_special_tokens: false }));
   out.without_special.push(ids);
-  out.decoded.push(tok.decode(ids, { clean_up_tokenization_spaces: false }));
+  out.decoded.push(ids.length ? tok.decode(ids, { clean_up_tokenization_spaces: false }) : "");
 }
 fs.writeFileSync(output, JSON.stringify(out));

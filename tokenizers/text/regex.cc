@@ -41,8 +41,9 @@ Status ResourceError(size_t pos, const char* msg) {
 Result<Regex> Regex::Compile(std::string_view pattern, bool literal) {
   int err = 0;
   PCRE2_SIZE err_offset = 0;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL allows UTF but not UCP (meaningless without metacharacters).
+  const uint32_t options =
+      literal ? PCRE2_LITERAL | PCRE2_UTF : PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
   auto code = std::make_shared<Code>();
   code->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
                              &err, &err_offset, nullptr);
