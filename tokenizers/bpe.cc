@@ -1,5 +1,6 @@
 #include "tokenizers/bpe.h"
 
+#include <atomic>
 #include <cstdio>
 #include <queue>
 
@@ -14,6 +15,17 @@ Status CheckAbsentOrEmpty(const Json& node, std::string_view path, const char* k
   return Unsupported(JoinPath(path, key), node[key].dump(), "only null or \"\" is supported");
 }
 
+// A thread's recent pieces -> ids, for one model at a time (a thread switching models starts
+// afresh). Bounded: cleared when full, as pieces follow a Zipf law and the hot ones come back.
+struct PieceCache {
+  static constexpr size_t kMaxEntries = 1 << 16;
+  static constexpr size_t kMaxPieceBytes = 64;
+  uint64_t serial = 0;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+};
+
+std::atomic<uint64_t> next_serial{1};
+
 }  // namespace
 
 Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
@@ -26,6 +38,7 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
   STRATA_RETURN_IF_ERROR(CheckAbsentOrEmpty(node, path, "continuing_subword_prefix"));
   STRATA_RETURN_IF_ERROR(CheckAbsentOrEmpty(node, path, "end_of_word_suffix"));
   BpeModel m;
+  m.serial_ = next_serial.fetch_add(1);
   STRATA_ASSIGN_OR_RETURN(m.fuse_unk_, GetBool(node, path, "fuse_unk", false));
   STRATA_ASSIGN_OR_RETURN(m.byte_fallback_, GetBool(node, path, "byte_fallback", false));
   STRATA_ASSIGN_OR_RETURN(m.ignore_merges_, GetBool(node, path, "ignore_merges", false));
@@ -151,6 +164,24 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
       return Status::Ok();
     }
   }
+  if (piece.size() > PieceCache::kMaxPieceBytes) return MergePiece(piece, ids);
+  thread_local PieceCache cache;
+  if (cache.serial != serial_) {
+    cache.map.clear();
+    cache.serial = serial_;
+  }
+  if (auto it = cache.map.find(piece); it != cache.map.end()) {
+    ids->insert(ids->end(), it->second.begin(), it->second.end());
+    return Status::Ok();
+  }
+  const size_t before = ids->size();
+  STRATA_RETURN_IF_ERROR(MergePiece(piece, ids));
+  if (cache.map.size() >= PieceCache::kMaxEntries) cache.map.clear();
+  cache.map.emplace(std::string(piece), std::vector<int32_t>(ids->begin() + before, ids->end()));
+  return Status::Ok();
+}
+
+Status BpeModel::MergePiece(std::string_view piece, std::vector<int32_t>* ids) const {
   thread_local std::vector<int32_t> sym;
   sym.clear();
   STRATA_RETURN_IF_ERROR(Characters(piece, &sym));

@@ -3,7 +3,9 @@
 // unk_token, consecutive unknowns fused with fuse_unk), then adjacent symbols are merged lowest
 // merge rank first (leftmost among equals) until no listed merge applies. With ignore_merges
 // (Llama 3) a piece that is itself in the vocabulary is emitted whole. Dropout, word prefixes and
-// suffixes are refused naming their JSON path. Immutable; Tokenize may run on many threads.
+// suffixes are refused naming their JSON path. Immutable; Tokenize may run on many threads: each
+// thread keeps its own cache of recent pieces (as Hugging Face's BPE does), so repeated words cost
+// one hash look-up.
 #pragma once
 
 #include <array>
@@ -48,6 +50,11 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   Status Characters(std::string_view piece, std::vector<int32_t>* symbols) const;
+  Status MergePiece(std::string_view piece, std::vector<int32_t>* ids) const;
+
+  // Tells this model's entries apart in the per-thread piece caches (an address could be reused
+  // by a later model; a serial number is not).
+  uint64_t serial_ = 0;
 
   StringIdMap vocab_;
   std::vector<std::string> id_to_token_;
