@@ -28,6 +28,30 @@ std::atomic<uint64_t> next_serial{1};
 
 }  // namespace
 
+void BpeModel::MergeTable::Reserve(size_t n) {
+  size_t cap = 16;
+  int bits = 4;
+  while (cap < 2 * n) {
+    cap <<= 1;
+    ++bits;
+  }
+  slots_.assign(cap, Entry{});
+  mask_ = cap - 1;
+  shift_ = 64 - bits;
+}
+
+void BpeModel::MergeTable::Insert(uint64_t key, Merge m) {
+  for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+    Entry& e = slots_[i];
+    if (e.key == key) return;
+    if (e.key == kEmpty) {
+      e.key = key;
+      e.merge = m;
+      return;
+    }
+  }
+}
+
 Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
   STRATA_RETURN_IF_ERROR(GetType(node, path, {"BPE"}));
   if (node.contains("dropout") && !node["dropout"].is_null() &&
@@ -81,7 +105,7 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
 
   STRATA_ASSIGN_OR_RETURN(const Json* merges, GetArray(node, path, "merges"));
   const std::string merges_path = JoinPath(path, "merges");
-  m.merges_.reserve(merges->size());
+  m.merges_.Reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
     const Json& e = (*merges)[i];
     std::string a, b;
@@ -110,7 +134,24 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
                                   "' is not in the vocabulary");
     }
     // A repeated pair keeps its first (lowest) rank, as Hugging Face's loader does.
-    m.merges_.emplace(PairKey(*ia, *ib), Merge{static_cast<int32_t>(i), *iab});
+    m.merges_.Insert(PairKey(*ia, *ib), Merge{static_cast<int32_t>(i), *iab});
+  }
+  // Note [Metaspace words]: the merges may not join "...x" + "▁...".
+  constexpr std::string_view kMeta = "\xE2\x96\x81";
+  m.metaspace_words_ = true;
+  for (size_t i = 0; i < merges->size() && m.metaspace_words_; ++i) {
+    const Json& e = (*merges)[i];
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      a = s.substr(0, s.find(' '));
+      b = s.substr(s.find(' ') + 1);
+    } else {
+      a = e[0].get<std::string>();
+      b = e[1].get<std::string>();
+    }
+    const bool a_ends_meta = a.size() >= 3 && a.compare(a.size() - 3, 3, kMeta) == 0;
+    if (b.compare(0, 3, kMeta) == 0 && !a_ends_meta) m.metaspace_words_ = false;
   }
   return m;
 }
@@ -164,6 +205,21 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
       return Status::Ok();
     }
   }
+  if (!metaspace_words_) return TokenizeWord(piece, ids);
+  // Note [Metaspace words]: cut before each "▁" that follows another character.
+  constexpr std::string_view kMeta = "\xE2\x96\x81";
+  size_t start = 0;
+  for (size_t i = 1; i + 3 <= piece.size(); ++i) {
+    const bool after_meta = i >= 3 && piece.compare(i - 3, 3, kMeta) == 0;
+    if (!after_meta && piece.compare(i, 3, kMeta) == 0) {
+      STRATA_RETURN_IF_ERROR(TokenizeWord(piece.substr(start, i - start), ids));
+      start = i;
+    }
+  }
+  return TokenizeWord(piece.substr(start), ids);
+}
+
+Status BpeModel::TokenizeWord(std::string_view piece, std::vector<int32_t>* ids) const {
   if (piece.size() > PieceCache::kMaxPieceBytes) return MergePiece(piece, ids);
   thread_local PieceCache cache;
   if (cache.serial != serial_) {
@@ -208,8 +264,9 @@ Status BpeModel::MergePiece(std::string_view piece, std::vector<int32_t>* ids) c
   std::priority_queue<Cand, std::vector<Cand>, std::greater<>> heap;
   auto consider = [&](int pos) {
     if (pos < 0 || next[pos] < 0) return;
-    auto it = merges_.find(PairKey(sym[pos], sym[next[pos]]));
-    if (it != merges_.end()) heap.push({it->second.rank, pos, it->second.new_id});
+    if (const Merge* m = merges_.Find(PairKey(sym[pos], sym[next[pos]]))) {
+      heap.push({m->rank, pos, m->new_id});
+    }
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
   std::vector<bool> gone(n, false);
@@ -218,8 +275,8 @@ Status BpeModel::MergePiece(std::string_view piece, std::vector<int32_t>* ids) c
     heap.pop();
     if (gone[c.pos] || next[c.pos] < 0) continue;
     const int right = next[c.pos];
-    auto it = merges_.find(PairKey(sym[c.pos], sym[right]));
-    if (it == merges_.end() || it->second.new_id != c.new_id) continue;
+    const Merge* m = merges_.Find(PairKey(sym[c.pos], sym[right]));
+    if (m == nullptr || m->new_id != c.new_id) continue;
     sym[c.pos] = c.new_id;
     gone[right] = true;
     next[c.pos] = next[right];

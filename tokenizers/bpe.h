@@ -51,6 +51,14 @@ class BpeModel {
   }
   Status Characters(std::string_view piece, std::vector<int32_t>* symbols) const;
   Status MergePiece(std::string_view piece, std::vector<int32_t>* ids) const;
+  Status TokenizeWord(std::string_view word, std::vector<int32_t>* ids) const;
+
+  // Note [Metaspace words]: sentencepiece-style vocabularies (Llama 2, Mistral) have no pre-
+  // tokenizer, so a whole document is one piece. When no merge joins a left symbol ending in a
+  // character other than "▁" to a right symbol starting with "▁" (checked at load), no merge can
+  // ever cross such a boundary, and merging each stretch between them alone gives the same ids
+  // as merging the whole piece; the stretches are words, which the piece cache then serves.
+  bool metaspace_words_ = false;
 
   // Tells this model's entries apart in the per-thread piece caches (an address could be reused
   // by a later model; a serial number is not).
@@ -58,7 +66,33 @@ class BpeModel {
 
   StringIdMap vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  // Merges by (left id, right id), open addressing in one flat array: the merge loop's look-ups
+  // cost one cache line each (a node-based map cost three).
+  class MergeTable {
+   public:
+    void Reserve(size_t n);
+    // Keeps the first (lowest-rank) entry for a repeated pair.
+    void Insert(uint64_t key, Merge m);
+    const Merge* Find(uint64_t key) const {
+      for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+        const Entry& e = slots_[i];
+        if (e.key == key) return &e.merge;
+        if (e.key == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    struct Entry {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    size_t Slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift_; }
+    std::vector<Entry> slots_;
+    size_t mask_ = 0;
+    int shift_ = 64;
+  };
+  MergeTable merges_;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
