@@ -179,9 +179,11 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
       tokens.push_back(*s);
     }
   }
+  // Without a decoder Hugging Face joins the token strings with spaces.
   if (t.decoder) t.decoder->DecodeChain(&tokens);
+  const char* sep = t.decoder ? "" : " ";
   std::string out;
-  for (const std::string& s : tokens) out += s;
+  for (size_t i = 0; i < tokens.size(); ++i) out += (i == 0 ? "" : sep) + tokens[i];
   return out;
 }
 

@@ -41,7 +41,8 @@ class Tokenizer {
   // Errors: text that is not valid UTF-8 (InvalidArgument naming the byte offset); a piece the
   // model cannot encode (no unk_token, no byte_fallback).
   Result<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens = true) const;
-  // Ids -> text through the file's decoder. Ids outside the vocabulary decode to nothing.
+  // Ids -> text through the file's decoder (none: the tokens joined by spaces, as Hugging Face
+  // does). Ids outside the vocabulary decode to nothing.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
   std::optional<int32_t> TokenToId(std::string_view token) const;

@@ -103,6 +103,10 @@ TEST_F(TokenizerPipelineTest, SplitBehavioursCutAsHuggingFaceSays) {
     ASSERT_THAT(ids, IsOk());
     EXPECT_EQ(*ids, want) << behavior;
   }
+  // No decoder: the tokens joined by spaces.
+  auto tok = Load(j);
+  ASSERT_THAT(tok, IsOk());
+  EXPECT_EQ(tok->Decode(std::vector<int32_t>{0, 7, 5}), "a --b --");
 }
 
 TEST_F(TokenizerPipelineTest, OneTokenizerServesTwoThreadsAlike) {
