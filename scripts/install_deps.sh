@@ -9,8 +9,9 @@
 # libaio, hwloc, oneTBB, nlohmann-json, OpenBLAS, xxHash). OpenMPI is not among them: without it
 # `strata` has the local communicator only (one process; `strata launch` needs --tests' packages).
 # --tests adds GoogleTest, Google Benchmark, OpenMPI, fio, clang-format, ccache, PyTorch/NumPy and
-# pybind11 (the references and the Python package), git, and curl + xz-utils (they fetch the
-# oneTBB source for the TSan build, scripts/build_tsan_tbb.sh).
+# pybind11 (the references and the Python package), python3-jinja2 (the chat-template reference),
+# git, and curl + xz-utils (they fetch the oneTBB source for the TSan build,
+# scripts/build_tsan_tbb.sh).
 # CUDA 13 + NCCL are optional and expected under /usr/local/cuda (not installed here).
 set -euo pipefail
 main_pkgs=(build-essential cmake ninja-build pkg-config
@@ -18,7 +19,8 @@ main_pkgs=(build-essential cmake ninja-build pkg-config
            libopenblas-dev libxxhash-dev)
 test_pkgs=(git clang-format libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
            fio curl xz-utils ccache
-           python3 python3-dev python3-torch python3-numpy pybind11-dev python3-pybind11)
+           python3 python3-dev python3-torch python3-numpy python3-jinja2 pybind11-dev
+           python3-pybind11)
 pkgs=("${main_pkgs[@]}")
 case "${1:-}" in
   "") ;;
