@@ -1,5 +1,6 @@
 #include "tokenizers/bpe.h"
 
+#include <atomic>
 #include <cstdio>
 #include <queue>
 
@@ -14,7 +15,42 @@ Status CheckAbsentOrEmpty(const Json& node, std::string_view path, const char* k
   return Unsupported(JoinPath(path, key), node[key].dump(), "only null or \"\" is supported");
 }
 
+// A thread's recent pieces -> ids, for one model at a time (a thread switching models starts
+// afresh). Bounded: cleared when full, as pieces follow a Zipf law and the hot ones come back.
+struct PieceCache {
+  static constexpr size_t kMaxEntries = 1 << 16;
+  static constexpr size_t kMaxPieceBytes = 64;
+  uint64_t serial = 0;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+};
+
+std::atomic<uint64_t> next_serial{1};
+
 }  // namespace
+
+void BpeModel::MergeTable::Reserve(size_t n) {
+  size_t cap = 16;
+  int bits = 4;
+  while (cap < 2 * n) {
+    cap <<= 1;
+    ++bits;
+  }
+  slots_.assign(cap, Entry{});
+  mask_ = cap - 1;
+  shift_ = 64 - bits;
+}
+
+void BpeModel::MergeTable::Insert(uint64_t key, Merge m) {
+  for (size_t i = Slot(key);; i = (i + 1) & mask_) {
+    Entry& e = slots_[i];
+    if (e.key == key) return;
+    if (e.key == kEmpty) {
+      e.key = key;
+      e.merge = m;
+      return;
+    }
+  }
+}
 
 Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
   STRATA_RETURN_IF_ERROR(GetType(node, path, {"BPE"}));
@@ -26,6 +62,7 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
   STRATA_RETURN_IF_ERROR(CheckAbsentOrEmpty(node, path, "continuing_subword_prefix"));
   STRATA_RETURN_IF_ERROR(CheckAbsentOrEmpty(node, path, "end_of_word_suffix"));
   BpeModel m;
+  m.serial_ = next_serial.fetch_add(1);
   STRATA_ASSIGN_OR_RETURN(m.fuse_unk_, GetBool(node, path, "fuse_unk", false));
   STRATA_ASSIGN_OR_RETURN(m.byte_fallback_, GetBool(node, path, "byte_fallback", false));
   STRATA_ASSIGN_OR_RETURN(m.ignore_merges_, GetBool(node, path, "ignore_merges", false));
@@ -68,7 +105,7 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
 
   STRATA_ASSIGN_OR_RETURN(const Json* merges, GetArray(node, path, "merges"));
   const std::string merges_path = JoinPath(path, "merges");
-  m.merges_.reserve(merges->size());
+  m.merges_.Reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
     const Json& e = (*merges)[i];
     std::string a, b;
@@ -97,7 +134,24 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
                                   "' is not in the vocabulary");
     }
     // A repeated pair keeps its first (lowest) rank, as Hugging Face's loader does.
-    m.merges_.emplace(PairKey(*ia, *ib), Merge{static_cast<int32_t>(i), *iab});
+    m.merges_.Insert(PairKey(*ia, *ib), Merge{static_cast<int32_t>(i), *iab});
+  }
+  // Note [Metaspace words]: the merges may not join "...x" + "▁...".
+  constexpr std::string_view kMeta = "\xE2\x96\x81";
+  m.metaspace_words_ = true;
+  for (size_t i = 0; i < merges->size() && m.metaspace_words_; ++i) {
+    const Json& e = (*merges)[i];
+    std::string a, b;
+    if (e.is_string()) {
+      const std::string s = e.get<std::string>();
+      a = s.substr(0, s.find(' '));
+      b = s.substr(s.find(' ') + 1);
+    } else {
+      a = e[0].get<std::string>();
+      b = e[1].get<std::string>();
+    }
+    const bool a_ends_meta = a.size() >= 3 && a.compare(a.size() - 3, 3, kMeta) == 0;
+    if (b.compare(0, 3, kMeta) == 0 && !a_ends_meta) m.metaspace_words_ = false;
   }
   return m;
 }
@@ -151,6 +205,39 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
       return Status::Ok();
     }
   }
+  if (!metaspace_words_) return TokenizeWord(piece, ids);
+  // Note [Metaspace words]: cut before each "▁" that follows another character.
+  constexpr std::string_view kMeta = "\xE2\x96\x81";
+  size_t start = 0;
+  for (size_t i = 1; i + 3 <= piece.size(); ++i) {
+    const bool after_meta = i >= 3 && piece.compare(i - 3, 3, kMeta) == 0;
+    if (!after_meta && piece.compare(i, 3, kMeta) == 0) {
+      STRATA_RETURN_IF_ERROR(TokenizeWord(piece.substr(start, i - start), ids));
+      start = i;
+    }
+  }
+  return TokenizeWord(piece.substr(start), ids);
+}
+
+Status BpeModel::TokenizeWord(std::string_view piece, std::vector<int32_t>* ids) const {
+  if (piece.size() > PieceCache::kMaxPieceBytes) return MergePiece(piece, ids);
+  thread_local PieceCache cache;
+  if (cache.serial != serial_) {
+    cache.map.clear();
+    cache.serial = serial_;
+  }
+  if (auto it = cache.map.find(piece); it != cache.map.end()) {
+    ids->insert(ids->end(), it->second.begin(), it->second.end());
+    return Status::Ok();
+  }
+  const size_t before = ids->size();
+  STRATA_RETURN_IF_ERROR(MergePiece(piece, ids));
+  if (cache.map.size() >= PieceCache::kMaxEntries) cache.map.clear();
+  cache.map.emplace(std::string(piece), std::vector<int32_t>(ids->begin() + before, ids->end()));
+  return Status::Ok();
+}
+
+Status BpeModel::MergePiece(std::string_view piece, std::vector<int32_t>* ids) const {
   thread_local std::vector<int32_t> sym;
   sym.clear();
   STRATA_RETURN_IF_ERROR(Characters(piece, &sym));
@@ -177,8 +264,9 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
   std::priority_queue<Cand, std::vector<Cand>, std::greater<>> heap;
   auto consider = [&](int pos) {
     if (pos < 0 || next[pos] < 0) return;
-    auto it = merges_.find(PairKey(sym[pos], sym[next[pos]]));
-    if (it != merges_.end()) heap.push({it->second.rank, pos, it->second.new_id});
+    if (const Merge* m = merges_.Find(PairKey(sym[pos], sym[next[pos]]))) {
+      heap.push({m->rank, pos, m->new_id});
+    }
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
   std::vector<bool> gone(n, false);
@@ -187,8 +275,8 @@ Status BpeModel::Tokenize(std::string_view piece, std::vector<int32_t>* ids) con
     heap.pop();
     if (gone[c.pos] || next[c.pos] < 0) continue;
     const int right = next[c.pos];
-    auto it = merges_.find(PairKey(sym[c.pos], sym[right]));
-    if (it == merges_.end() || it->second.new_id != c.new_id) continue;
+    const Merge* m = merges_.Find(PairKey(sym[c.pos], sym[right]));
+    if (m == nullptr || m->new_id != c.new_id) continue;
     sym[c.pos] = c.new_id;
     gone[right] = true;
     next[c.pos] = next[right];

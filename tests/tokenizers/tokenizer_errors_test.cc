@@ -88,6 +88,25 @@ TEST_F(TokenizerFileTest, AddedTokensSwallowTheWhitespaceTheirFlagsSay) {
   EXPECT_THAT(*tok->Encode("ab   </s>  c<s>a", false), ElementsAre(3, 8, 2, 7, 0));
 }
 
+// Without a pre-tokenizer the text is one piece; Strata cuts it before each "▁" only when no
+// merge crosses such a cut (Note [Metaspace words]). Here one does: "a" + "▁b".
+TEST_F(TokenizerFileTest, MergesAcrossMetaspaceWhenTheVocabularySaysSo) {
+  Json j = Tiny();
+  j["pre_tokenizer"] = nullptr;
+  j["model"]["vocab"] = Json::parse(R"({"a": 0, "b": 1, "\u2581": 2, "\u2581b": 3,
+                                        "a\u2581b": 4, "<unk>": 5})");
+  j["model"]["merges"] = Json::parse(R"(["\u2581 b", "a \u2581b"])");
+  auto tok = Load(j);
+  ASSERT_THAT(tok, IsOk());
+  EXPECT_THAT(*tok->Encode("a\u2581b\u2581b", false), ElementsAre(4, 3));
+  // Without the crossing merge the same text is three words' worth of ids.
+  j["model"]["merges"] = Json::parse(R"(["\u2581 b"])");
+  j["model"]["vocab"].erase("a\u2581b");
+  tok = Load(j);
+  ASSERT_THAT(tok, IsOk());
+  EXPECT_THAT(*tok->Encode("a\u2581b\u2581b", false), ElementsAre(0, 3, 3));
+}
+
 TEST_F(TokenizerFileTest, RefusesInvalidUtf8NamingTheByte) {
   auto tok = Load(Tiny());
   ASSERT_THAT(tok, IsOk());
