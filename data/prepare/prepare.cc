@@ -106,6 +106,7 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
       done.fetch_add(1, std::memory_order_relaxed);
     }
   };
+  auto t_work = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
   for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
   if (progress) {
@@ -130,8 +131,11 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
   for (size_t w = 0; w < errors.size(); ++w) {
     if (!errors[w].ok()) return errors[w];  // workers own ascending line ranges: first is first
   }
+  const double tokenize_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_work).count();
 
   PrepareSummary s;
+  s.tokenize_seconds = tokenize_seconds;
   s.vocab_size = tokenizer.VocabSize();
   std::vector<uint8_t> mask;
   std::vector<uint32_t> ids;

@@ -34,7 +34,8 @@ struct PrepareSummary {
   int64_t tokens = 0;
   int64_t loss_tokens = 0;  // tokens that are labels in the loss
   int64_t vocab_size = 0;
-  double seconds = 0;
+  double seconds = 0;           // the whole preparation
+  double tokenize_seconds = 0;  // of which the parallel part (parse, render, tokenize)
   double masked_share() const {
     return tokens ? 1.0 - static_cast<double>(loss_tokens) / static_cast<double>(tokens) : 0;
   }
