@@ -148,7 +148,8 @@ Status OpenTokenData(const Options& o, Run* r) {
   }
   STRATA_ASSIGN_OR_RETURN(
       data::SequenceSampler sampler,
-      data::SequenceSampler::Create(&*r->tokens, o.seq_len, static_cast<uint64_t>(o.seed), vocab));
+      data::SequenceSampler::Create(&*r->tokens, o.seq_len, static_cast<uint64_t>(o.seed), vocab,
+                                    data::LabelStyle::kHuggingFace));
   r->sampler.emplace(std::move(sampler));
   return Status::Ok();
 }
@@ -255,7 +256,7 @@ Status Train(const Options& o, Run& r, Totals* t) {
         next = r.prepared->Next(mb, ids, labels);
       } else {
         r.sampler->set_position(first);
-        next = r.sampler->Next(mb, ids, labels, data::LabelStyle::kHuggingFace);
+        next = r.sampler->Next(mb, ids, labels);
       }
       if (Status s = next; !s.ok()) {
         t->data_error = true;
