@@ -27,7 +27,7 @@ class PreparedSampler {
   static Result<PreparedSampler> Open(const std::string& dir, int64_t seq_len, uint64_t seed,
                                       int64_t vocab_size, int32_t pad_id);
 
-  int64_t num_examples() const { return static_cast<int64_t>(starts_.size()); }
+  int64_t num_examples() const { return static_cast<int64_t>(order_.size()); }
   int64_t seq_len() const { return seq_len_; }
   void set_position(uint64_t sample_index) { position_ = sample_index; }
   uint64_t position() const { return position_; }
