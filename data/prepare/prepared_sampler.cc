@@ -8,7 +8,8 @@
 namespace strata::data {
 
 Result<PreparedSampler> PreparedSampler::Open(const std::string& dir, int64_t seq_len,
-                                              uint64_t seed, int64_t vocab_size, int32_t pad_id) {
+                                              uint64_t seed, int64_t vocab_size, int32_t pad_id,
+                                              bool pack) {
   if (seq_len < 2) return InvalidArgumentError("seq_len must be at least 2");
   PreparedSampler s;
   STRATA_ASSIGN_OR_RETURN(TokenFile tokens,
@@ -38,10 +39,21 @@ Result<PreparedSampler> PreparedSampler::Open(const std::string& dir, int64_t se
                                   std::to_string(seq_len) + ", or raise --seq-len)");
     }
   }
-  s.order_.resize(s.starts_.size() - 1);
-  for (size_t k = 0; k < s.order_.size(); ++k) s.order_[k] = static_cast<int64_t>(k);
+  std::vector<int64_t> order(s.starts_.size() - 1);
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
   std::mt19937_64 rng(seed);
-  std::shuffle(s.order_.begin(), s.order_.end(), rng);
+  std::shuffle(order.begin(), order.end(), rng);
+  int64_t used = seq_len;
+  for (int64_t e : order) {
+    const int64_t len = s.starts_[static_cast<size_t>(e) + 1] - s.starts_[static_cast<size_t>(e)];
+    if (!pack || used + len > seq_len) {
+      s.windows_.emplace_back();
+      used = 0;
+    }
+    s.windows_.back().push_back(e);
+    used += len;
+  }
+  s.pack_ = pack;
   s.tokens_.emplace(std::move(tokens));
   s.mask_.emplace(std::move(mask));
   s.seq_len_ = seq_len;
@@ -49,30 +61,39 @@ Result<PreparedSampler> PreparedSampler::Open(const std::string& dir, int64_t se
   return s;
 }
 
-Status PreparedSampler::Next(int64_t batch, std::span<int32_t> ids, std::span<int32_t> labels) {
+Status PreparedSampler::Next(int64_t batch, std::span<int32_t> ids, std::span<int32_t> labels,
+                             std::span<int32_t> positions, std::span<int32_t> segments) {
   const size_t want = static_cast<size_t>(batch * seq_len_);
-  if (ids.size() != want || labels.size() != want) {
-    return InvalidArgumentError("PreparedSampler::Next: spans of " + std::to_string(want) + " ids");
+  if (ids.size() != want || labels.size() != want ||
+      (!positions.empty() && positions.size() != want) ||
+      (!segments.empty() && segments.size() != want) || (pack_ && segments.empty())) {
+    return InvalidArgumentError("PreparedSampler::Next: spans of " + std::to_string(want) +
+                                " ids, labels (and positions and segments, needed when packed)");
   }
-  const int64_t n = static_cast<int64_t>(order_.size());
+  const uint64_t n = windows_.size();
   for (int64_t b = 0; b < batch; ++b, ++position_) {
-    // Epoch by epoch through the shuffled order.
-    int64_t e =
-        order_[static_cast<size_t>(static_cast<int64_t>(position_ % static_cast<uint64_t>(n)))];
-    int64_t begin = starts_[static_cast<size_t>(e)],
-            len = starts_[static_cast<size_t>(e) + 1] - begin;
-    int32_t* row_ids = ids.data() + b * seq_len_;
-    int32_t* row_labels = labels.data() + b * seq_len_;
-    for (int64_t t = 0; t < seq_len_; ++t) {
-      if (t < len) {
-        int32_t id = static_cast<int32_t>((*tokens_)[begin + t]);
-        row_ids[t] = id;
-        // The first token of an example is never a target (nothing precedes it).
-        row_labels[t] = ((*mask_)[begin + t] & kMaskLoss) && t > 0 ? id : -100;
-      } else {
-        row_ids[t] = pad_id_;
-        row_labels[t] = -100;
+    const auto& window = windows_[static_cast<size_t>(position_ % n)];  // epoch after epoch
+    const size_t row = static_cast<size_t>(b * seq_len_);
+    size_t t = 0;
+    int32_t segment = 0;
+    for (int64_t e : window) {
+      const int64_t begin = starts_[static_cast<size_t>(e)];
+      const int64_t len = starts_[static_cast<size_t>(e) + 1] - begin;
+      for (int64_t k = 0; k < len; ++k, ++t) {
+        const int32_t id = static_cast<int32_t>((*tokens_)[begin + k]);
+        ids[row + t] = id;
+        // The first token of an example is never a target (nothing of it precedes it).
+        labels[row + t] = ((*mask_)[begin + k] & kMaskLoss) && k > 0 ? id : -100;
+        if (!positions.empty()) positions[row + t] = static_cast<int32_t>(k);
+        if (!segments.empty()) segments[row + t] = segment;
       }
+      ++segment;
+    }
+    for (int32_t k = 0; t < static_cast<size_t>(seq_len_); ++t, ++k) {
+      ids[row + t] = pad_id_;
+      labels[row + t] = -100;
+      if (!positions.empty()) positions[row + t] = k;
+      if (!segments.empty()) segments[row + t] = segment;
     }
   }
   return Status::Ok();

@@ -67,9 +67,14 @@ class PaddedWindowTest : public ::strata::testing::NnTest {
     std::vector<std::vector<float>> grads;
   };
   Out Run(llama::LlamaForCausalLM& m, const std::vector<int32_t>& ids,
-          const std::vector<int32_t>& labels, int64_t t) {
+          const std::vector<int32_t>& labels, int64_t t, const std::vector<int32_t>& positions = {},
+          const std::vector<int32_t>& segments = {}) {
     EXPECT_TRUE(m.ZeroGrads(Ctx()).ok());
-    EXPECT_TRUE(m.Forward(Ctx(), {ids, labels, 1, t}).ok());
+    nn::TokenBatch batch{ids, labels, 1, t};
+    batch.position_ids = positions;
+    batch.segment_ids = segments;
+    Status st = m.Forward(Ctx(), batch);
+    EXPECT_TRUE(st.ok()) << st.ToString();
     auto loss = m.ReadLoss(Ctx());
     EXPECT_TRUE(loss.ok());
     EXPECT_TRUE(m.Backward(Ctx()).ok());
@@ -148,6 +153,74 @@ TEST_F(PaddedWindowTest, EachWindowGivesTheExamplesOwnLossAndGradients) {
     }
   }
   EXPECT_EQ(seen, std::vector<bool>(4, true));  // one epoch visits every example once
+}
+
+TEST_F(PaddedWindowTest, PackedWindowIsTheTokenWeightedSumOfItsExamplesAlone) {
+  strata::testing::ScratchDir dir;
+  std::mt19937_64 g(strata::testing::TestSeed() + 1);
+  const int64_t seq_len = 12;
+  std::vector<Example> examples;
+  for (int len : {5, 4, 3, 9, 6, 2}) {
+    Example e;
+    for (int t = 0; t < len; ++t) {
+      e.ids.push_back(static_cast<int32_t>(g() % 23));
+      e.loss.push_back(t >= len / 2 ? 1 : 0);
+    }
+    examples.push_back(e);
+  }
+  WritePrepared(dir.path().string(), examples);
+  auto s = PreparedSampler::Open(dir.path().string(), seq_len, 9, 23, 0, /*pack=*/true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_LT(s->num_windows(), s->num_examples());  // some windows hold several examples
+  auto m = llama::LlamaForCausalLM::Create(TinyConfig(), device_.get(), {});
+  ASSERT_TRUE(m.ok());
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  for (nn::Parameter* p : (*m)->NamedParameters()) {
+    std::vector<float> v(static_cast<size_t>(p->numel()));
+    for (float& x : v) x = (p->shape().ndim() == 1 ? 1.0f : 0.0f) + d(g);
+    ASSERT_TRUE(nn::UploadParameter(stream_, *p, v.data(), DType::kFloat32, v.size()).ok());
+  }
+  int64_t seen = 0;
+  for (int64_t w = 0; w < s->num_windows(); ++w) {
+    std::vector<int32_t> ids(seq_len), labels(seq_len), pos(seq_len), seg(seq_len);
+    ASSERT_TRUE(s->Next(1, ids, labels, pos, seg).ok());
+    Out packed = Run(**m, ids, labels, seq_len, pos, seg);
+    // Each segment run is an example: run it alone; weight by its scored labels.
+    double total = 0, loss = 0;
+    std::vector<std::vector<double>> grads(packed.grads.size());
+    for (size_t p = 0; p < grads.size(); ++p) grads[p].assign(packed.grads[p].size(), 0.0);
+    int64_t t = 0;
+    while (t < seq_len) {
+      int64_t e = t;
+      while (e < seq_len && seg[static_cast<size_t>(e)] == seg[static_cast<size_t>(t)]) ++e;
+      std::vector<int32_t> ex_ids(ids.begin() + t, ids.begin() + e);
+      std::vector<int32_t> ex_labels(labels.begin() + t, labels.begin() + e);
+      EXPECT_EQ(pos[static_cast<size_t>(t)], 0);
+      EXPECT_EQ(ex_labels[0], -100);
+      double n = 0;
+      for (size_t k = 1; k < ex_labels.size(); ++k) n += ex_labels[k] != -100;
+      if (n > 0) {
+        Out alone = Run(**m, ex_ids, ex_labels, e - t);
+        loss += n * alone.loss;
+        for (size_t p = 0; p < grads.size(); ++p) {
+          for (size_t i = 0; i < grads[p].size(); ++i) grads[p][i] += n * alone.grads[p][i];
+        }
+        total += n;
+        ++seen;
+      }
+      t = e;
+    }
+    ASSERT_GT(total, 0);
+    EXPECT_NEAR(packed.loss, loss / total, 1e-5 * std::max(1.0, std::fabs(loss / total)));
+    for (size_t p = 0; p < grads.size(); ++p) {
+      for (size_t i = 0; i < grads[p].size(); ++i) {
+        const double want = grads[p][i] / total;
+        ASSERT_NEAR(packed.grads[p][i], want, 1e-5 + 1e-4 * std::fabs(want))
+            << "window " << w << " parameter " << p << " element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(seen, 6);  // every example, once per epoch
 }
 
 TEST_F(PaddedWindowTest, ExampleLongerThanTheWindowSaysHowToPrepare) {

@@ -75,6 +75,7 @@ struct Options {
   std::string train_on = "responses", data_cache = DefaultDataCache();
   int64_t seq_len = 64, steps = 10, seed = 1234, vocab_size = 0;
   bool json = false;
+  bool packing = true;
   CheckpointFlags ckpt;  // --save, --save-interval, --load, --export
 };
 
@@ -125,10 +126,11 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
                                 std::to_string(r->model_config.max_position_embeddings));
   }
   if (o.data.ends_with(".jsonl")) {
-    STRATA_ASSIGN_OR_RETURN(data::PreparedSampler prepared,
-                            OpenJsonlData(o.data, o.model, o.data_cache, o.train_on == "all",
-                                          o.seq_len, static_cast<uint64_t>(o.seed),
-                                          r->model_config.vocab_size, env.rank == 0 && !o.json));
+    STRATA_ASSIGN_OR_RETURN(
+        data::PreparedSampler prepared,
+        OpenJsonlData(o.data, o.model, o.data_cache, o.train_on == "all", o.seq_len,
+                      static_cast<uint64_t>(o.seed), r->model_config.vocab_size, o.packing,
+                      env.rank == 0 && !o.json));
     r->prepared.emplace(std::move(prepared));
   } else {
     STRATA_RETURN_IF_ERROR(OpenTokenData(o, r));
@@ -244,6 +246,9 @@ Status Train(const Options& o, Run& r, Totals* t) {
   const int64_t gas = r.config.batch.gradient_accumulation_steps;
   std::vector<int32_t> ids(static_cast<size_t>(mb * o.seq_len));
   std::vector<int32_t> labels(ids.size());
+  // Packed JSONL windows: each token's example (segment) and its position within it.
+  const bool packed = r.prepared && r.prepared->packed();
+  std::vector<int32_t> positions(packed ? ids.size() : 0), segments(packed ? ids.size() : 0);
   int64_t micro = r.resume.micro;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = r.resume.step + 1; step <= o.steps; ++step) {
@@ -253,7 +258,7 @@ Status Train(const Options& o, Run& r, Totals* t) {
       Status next;
       if (r.prepared) {
         r.prepared->set_position(first);
-        next = r.prepared->Next(mb, ids, labels);
+        next = r.prepared->Next(mb, ids, labels, positions, segments);
       } else {
         r.sampler->set_position(first);
         next = r.sampler->Next(mb, ids, labels);
@@ -262,7 +267,10 @@ Status Train(const Options& o, Run& r, Totals* t) {
         t->data_error = true;
         return s;
       }
-      STRATA_RETURN_IF_ERROR(r.engine->Forward({ids, labels, mb, o.seq_len}));
+      nn::TokenBatch batch{ids, labels, mb, o.seq_len};
+      batch.position_ids = positions;
+      batch.segment_ids = segments;
+      STRATA_RETURN_IF_ERROR(r.engine->Forward(batch));
       STRATA_ASSIGN_OR_RETURN(float loss, r.engine->Loss());
       sum += loss;
       STRATA_RETURN_IF_ERROR(r.engine->Backward());
@@ -294,6 +302,8 @@ int RunTrain(const std::vector<std::string>& args) {
                "(text, Alpaca, OpenAI messages, ShareGPT) tokenized with --model's tokenizer");
   flags.Choice("train-on", &o.train_on, {"responses", "all"},
                "with a .jsonl: the loss on the assistant's turns (responses) or every token");
+  flags.Bool("packing", &o.packing,
+             "with a .jsonl: pack several examples into a window (attention kept inside each)");
   flags.String("data-cache", &o.data_cache, "where a .jsonl is prepared once and reused");
   flags.Int("vocab-size", &o.vocab_size, "with --init: the vocabulary size (0: the preset's)", 0);
   flags.Int("seq-len", &o.seq_len, "tokens per sequence", 1);

@@ -44,7 +44,7 @@ std::string DefaultDataCache() {
 Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std::string& model_dir,
                                             const std::string& cache_root, bool train_on_all,
                                             int64_t seq_len, uint64_t seed, int64_t vocab_size,
-                                            bool print) {
+                                            bool pack, bool print) {
   if (model_dir.empty()) {
     return InvalidArgumentError("--data " + jsonl +
                                 ": a JSONL dataset is tokenized with the model's own tokenizer "
@@ -64,7 +64,14 @@ Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std:
                 summary.ToString().c_str(), train_on_all ? "every token" : "the responses only");
     std::fflush(stdout);
   }
-  return data::PreparedSampler::Open(dir, seq_len, seed, vocab_size, /*pad_id=*/0);
+  STRATA_ASSIGN_OR_RETURN(auto sampler,
+                          data::PreparedSampler::Open(dir, seq_len, seed, vocab_size, 0, pack));
+  if (print && pack) {
+    std::printf("data: %lld examples packed into %lld windows of %lld tokens\n",
+                static_cast<long long>(sampler.num_examples()),
+                static_cast<long long>(sampler.num_windows()), static_cast<long long>(seq_len));
+  }
+  return sampler;
 }
 
 Status CopyTokenizerFiles(const std::string& model_dir, const std::string& out_dir) {

@@ -29,11 +29,12 @@ Result<data::TokenFile> ShippedText();
 // A JSONL dataset for training: tokenized with MODEL_DIR's tokenizer and chat template into the
 // prepare cache under `cache_root` (reused while the file, the tokenizer and the options are the
 // same; data/prepare/prepare.h), examples longer than seq_len truncated, and opened as
-// sequences. Prints one line saying what was prepared or reused (when `print`).
+// sequences (packed several to a window when `pack`). Prints one line saying what was prepared or
+// reused (when `print`).
 Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std::string& model_dir,
                                             const std::string& cache_root, bool train_on_all,
                                             int64_t seq_len, uint64_t seed, int64_t vocab_size,
-                                            bool print);
+                                            bool pack, bool print);
 // Where prepared datasets are cached: $XDG_CACHE_HOME/strata/data, else ~/.cache/strata/data.
 std::string DefaultDataCache();
 // Copies the tokenizer files of `model_dir` (tokenizer.json, tokenizer_config.json,
