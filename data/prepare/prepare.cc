@@ -1,5 +1,7 @@
 #include "data/prepare/prepare.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -178,7 +180,9 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
   for (uint32_t id : ids) {
     bin.append(reinterpret_cast<const char*>(&id), narrow ? 2 : 4);  // little-endian host
   }
-  std::string tmp = out_dir + "/.tmp";
+  // Per-process names, renamed into place: ranks of one run preparing the same cache entry at
+  // once each write whole files, and the last rename wins with identical content.
+  std::string tmp = out_dir + "/.tmp" + std::to_string(getpid());
   STRATA_RETURN_IF_ERROR(WriteFile(tmp + ".tokens.bin", bin.data(), bin.size()));
   STRATA_RETURN_IF_ERROR(WriteFile(tmp + ".mask.bin", mask.data(), mask.size()));
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
