@@ -115,7 +115,8 @@ TEST(ChatTemplateTest, ShippedTemplatesRenderAsJinja2Does) {
   if (auto why = JinjaMissing(); !why.empty()) GTEST_SKIP() << why;
   json specials = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
   std::vector<Case> cases;
-  for (const char* name : {"llama2_chat", "mistral_instruct", "qwen2_5", "constructs"}) {
+  for (const char* name :
+       {"llama2_chat", "mistral_instruct", "qwen2_5", "constructs", "whitespace"}) {
     std::string src =
         ReadFile(std::string(STRATA_SOURCE_DIR "/tests/data/chat_templates/") + name + ".jinja");
     ASSERT_FALSE(src.empty()) << name;
