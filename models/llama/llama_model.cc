@@ -1,5 +1,7 @@
 #include "models/llama/llama_model.h"
 
+#include "nn/modules/packed_layout.h"
+
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -25,8 +27,8 @@ struct LlamaForCausalLM::Impl {
   nn::DeviceBuffer rope_cos, rope_sin;
   // Batch-shaped buffers, sized for (cap_tokens, cap_seq) and reused.
   int64_t cap_batch = 0, cap_seq = 0;
-  nn::DeviceBuffer ids, labels, positions;
-  std::vector<int32_t> host_ids, host_labels, host_pos;
+  nn::DeviceBuffer ids, labels, positions, row_start;
+  std::vector<int32_t> host_ids, host_labels, host_pos, host_row_start;
   std::vector<nn::DeviceBuffer> hidden;  // L + 1, or 2 (ping-pong) with cpu checkpointing
   std::vector<LayerActivations> acts;    // L, or 1 shared under activation checkpointing
   LayerGrads grads;
@@ -233,6 +235,7 @@ Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch,
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.ids, n * 4, "input ids"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.labels, n * 4, "labels"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.positions, n * 4, "position ids"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &m.row_start, n * 4, "attention row starts"));
   m.hidden.resize(options_.cpu_checkpointing ? 2 : static_cast<size_t>(layers + 1));
   for (auto& b : m.hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "hidden states"));
   m.acts.resize(options_.activation_checkpointing ? 1 : static_cast<size_t>(layers));
@@ -281,12 +284,20 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
   STRATA_RETURN_IF_ERROR(EnsureBuffers(ctx, b, t));
   Impl& m = *impl_;
   m.host_ids.assign(batch.input_ids.begin(), batch.input_ids.end());
-  m.host_pos.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) m.host_pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % t);
+  STRATA_RETURN_IF_ERROR(
+      nn::PackedLayout(batch, config_.max_position_embeddings, &m.host_pos, &m.host_row_start));
+  const bool packed = !batch.segment_ids.empty();
+  m.info.row_start = packed ? static_cast<const int32_t*>(m.row_start.data()) : nullptr;
   m.has_labels = !batch.labels.empty();
   m.num_valid = 0;
   if (m.has_labels) {
     m.host_labels.assign(batch.labels.begin(), batch.labels.end());
+    // An example's first token is not predicted from the example packed before it.
+    for (int64_t i = 0; packed && i < n; ++i) {
+      if (i % t != 0 && m.host_row_start[static_cast<size_t>(i)] == i % t) {
+        m.host_labels[static_cast<size_t>(i)] = nn::kIgnoreIndex;
+      }
+    }
     for (int64_t i = 0; i < n; ++i) {
       if (i % t != 0 && m.host_labels[static_cast<size_t>(i)] != nn::kIgnoreIndex) ++m.num_valid;
     }
@@ -297,6 +308,10 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
       ctx.stream.CopyAsync(m.ids.data(), m.host_ids.data(), n * 4, CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(
       ctx.stream.CopyAsync(m.positions.data(), m.host_pos.data(), n * 4, CopyKind::kHostToDevice));
+  if (packed) {
+    STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.row_start.data(), m.host_row_start.data(), n * 4,
+                                                CopyKind::kHostToDevice));
+  }
   m.forward_done = false;
   const int64_t h = config_.hidden_size, layers = config_.num_hidden_layers;
   STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*this, ctx, [&]() -> Status {

@@ -56,8 +56,9 @@ Status CudaAttentionForward(const Stream& stream, const AttentionArgs& a) {
       STRATA_RETURN_IF_ERROR(RunGemm(s, blas.get(), sc));
     }
   }
-  STRATA_RETURN_IF_ERROR(CudaErr(LaunchCausalSoftmax(a.probs, a.batch * l.H * l.T, l.T, s.raw()),
-                                 s.op, "causal softmax"));
+  STRATA_RETURN_IF_ERROR(
+      CudaErr(LaunchCausalSoftmax(a.probs, a.batch * l.H * l.T, l.T, a.row_start, l.H, s.raw()),
+              s.op, "causal softmax"));
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t g = 0; g < l.group; ++g) {
       // O_h = P[h] V_kvh   [T, D]

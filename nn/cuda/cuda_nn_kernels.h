@@ -74,7 +74,8 @@ int LaunchSwiGluBackward(const float* gate, const float* up, const float* dh, in
 // --- Attention pieces (cuda_softmax_kernels.cu) --------------------------------------------------
 // `rows` rows of length t, row r being row (r % t) of a causal t x t score matrix: s[0..i] ->
 // softmax, s[i+1..t) -> 0, in place.
-int LaunchCausalSoftmax(float* s, int64_t rows, int64_t t, void* stream);
+int LaunchCausalSoftmax(float* s, int64_t rows, int64_t t, const int32_t* row_start, int64_t heads,
+                        void* stream);
 // One t x t head: ds[i, j] = p[i, j] * (ds[i, j] - <p[i, :], ds[i, :]>) * scale for j <= i, and 0
 // above the diagonal (ds holds dP on entry).
 int LaunchCausalSoftmaxBackward(const float* p, float* ds, int64_t t, float scale, void* stream);

@@ -26,23 +26,26 @@ __device__ inline int64_t TargetOf(const int32_t* labels, int64_t r, int64_t seq
 }
 
 // --- Attention softmax --------------------------------------------------------------------------
-__global__ void CausalSoftmaxKernel(float* s, int64_t rows, int64_t t) {
+// Rows are [batch, heads, t]; row_start (or nullptr) gives each [batch, t] query its first key.
+__global__ void CausalSoftmaxKernel(float* s, int64_t rows, int64_t t, const int32_t* row_start,
+                                    int64_t heads) {
   __shared__ float shared[32];
   STRATA_NN_ROW_STRIDE(r, rows) {
     float* row = s + r * t;
     const int64_t len = r % t + 1;
+    const int64_t lo = row_start != nullptr ? row_start[r / (heads * t) * t + r % t] : 0;
     float mx = kLowest;
-    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) mx = MaxOp{}(mx, row[j]);
+    for (int64_t j = lo + threadIdx.x; j < len; j += blockDim.x) mx = MaxOp{}(mx, row[j]);
     mx = BlockReduce(mx, MaxOp{}, kLowest, shared);
     float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+    for (int64_t j = lo + threadIdx.x; j < len; j += blockDim.x) {
       const float e = expf(row[j] - mx);
       row[j] = e;
       sum += e;
     }
     sum = BlockReduce(sum, SumOp{}, 0.0f, shared);
     const float inv = 1.0f / sum;
-    STRATA_NN_COL_STRIDE(j, t) { row[j] = j < len ? row[j] * inv : 0.0f; }
+    STRATA_NN_COL_STRIDE(j, t) { row[j] = j >= lo && j < len ? row[j] * inv : 0.0f; }
   }
 }
 
@@ -112,8 +115,9 @@ __global__ void CrossEntropyBackwardKernel(float* logits, const int32_t* labels,
 
 }  // namespace
 
-int LaunchCausalSoftmax(float* s, int64_t rows, int64_t t, void* stream) {
-  CausalSoftmaxKernel<<<RowGrid(rows), kThreads, 0, S(stream)>>>(s, rows, t);
+int LaunchCausalSoftmax(float* s, int64_t rows, int64_t t, const int32_t* row_start,
+                        int64_t heads, void* stream) {
+  CausalSoftmaxKernel<<<RowGrid(rows), kThreads, 0, S(stream)>>>(s, rows, t, row_start, heads);
   return Err();
 }
 

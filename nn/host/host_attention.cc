@@ -21,20 +21,23 @@ uint64_t Ns(Clock::time_point a, Clock::time_point b) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
 }
 
-// Row i of a causal softmax: s[0..i] -> probabilities, s[i+1..T) -> 0.
-STRATA_NN_SIMD void SoftmaxCausalRow(float* s, int64_t i, int64_t t) {
+// Row i of a causal softmax whose keys start at `lo`: s[lo..i] -> probabilities, the rest -> 0.
+STRATA_NN_SIMD void SoftmaxCausalRow(float* s, int64_t lo, int64_t i, int64_t t) {
   const int64_t len = i + 1;
-  float mx = s[0];
-  for (int64_t j = 1; j < len; ++j) mx = s[j] > mx ? s[j] : mx;
+  for (int64_t j = 0; j < lo; ++j) s[j] = 0.0f;
+  float* r = s + lo;
+  const int64_t n = len - lo;
+  float mx = r[0];
+  for (int64_t j = 1; j < n; ++j) mx = r[j] > mx ? r[j] : mx;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < len; ++j) {
-    const float e = FastExp(s[j] - mx);
-    s[j] = e;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = FastExp(r[j] - mx);
+    r[j] = e;
     sum += e;
   }
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < len; ++j) s[j] *= inv;
+  for (int64_t j = 0; j < n; ++j) r[j] *= inv;
   for (int64_t j = len; j < t; ++j) s[j] = 0.0f;
 }
 
@@ -78,7 +81,10 @@ Status HostAttentionForward(const AttentionArgs& a) {
       auto t0 = Clock::now();
       Sgemm(false, true, T, T, D, a.scale, q, l.q_ld, k, l.kv_ld, 0.0f, p, T);
       auto t1 = Clock::now();
-      ParallelFor(0, l.T, [&](int64_t i) { SoftmaxCausalRow(p + i * l.T, i, l.T); });
+      const int32_t* starts = a.row_start != nullptr ? a.row_start + b * l.T : nullptr;
+      ParallelFor(0, l.T, [&](int64_t i) {
+        SoftmaxCausalRow(p + i * l.T, starts != nullptr ? starts[i] : 0, i, l.T);
+      });
       auto t2 = Clock::now();
       Sgemm(false, false, T, D, T, 1.0f, p, T, v, l.kv_ld, 0.0f, a.out + l.q_off(b, h), l.q_ld);
       gemm_ns += Ns(t0, t1) + Ns(t2, Clock::now());
@@ -112,6 +118,7 @@ Status HostAttentionBackward(const AttentionArgs& a) {
       Sgemm(false, true, T, T, D, 1.0f, dout, q_ld, v, kv_ld, 0.0f, ds, T);
       Sgemm(true, false, T, D, T, 1.0f, p, T, dout, q_ld, 1.0f, a.dv + l.kv_off(b, h), kv_ld);
       auto t1 = Clock::now();
+      // Probabilities left of a row's start are 0, so their dS is 0 without a case of its own.
       ParallelFor(0, l.T, [&](int64_t i) {
         SoftmaxBackwardRow(p + i * l.T, ds + i * l.T, i + 1, a.scale);
         for (int64_t j = i + 1; j < l.T; ++j) ds[i * l.T + j] = 0.0f;

@@ -21,6 +21,13 @@ struct TokenBatch {
   std::span<const int32_t> labels;     // batch * seq_len, or empty: logits only, no loss
   int64_t batch = 0;
   int64_t seq_len = 0;
+  // Packing (both optional, batch * seq_len each). segment_ids marks the examples packed into a
+  // row (contiguous runs; attention never crosses them, and an example's first label is not
+  // scored from the example before it); position_ids feed the rotary embedding. Without
+  // position_ids, positions count from 0 at each example's start (each row's start without
+  // segment_ids). See nn/modules/packed_layout.h.
+  std::span<const int32_t> position_ids;
+  std::span<const int32_t> segment_ids;
 };
 
 class CausalLM : public Module {

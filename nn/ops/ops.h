@@ -90,9 +90,13 @@ Status Rope(const Stream& stream, float* x, int64_t n, int64_t heads, int64_t he
 // uses kv head h / (heads / kv_heads)), softmax(q k^T * scale + causal mask) v.
 // q, out [batch, seq, heads, head_dim]; k, v [batch, seq, kv_heads, head_dim];
 // probs [batch, heads, seq, seq] (saved for backward; entries above the diagonal are 0).
+// row_start, when set, narrows the mask further: query row i of batch row b attends only keys
+// row_start[b * seq + i] .. i (packed examples that must not see each other, a sliding window);
+// the probabilities left of it are 0. Each entry must lie in [0, i].
 struct AttentionArgs {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
+  const int32_t* row_start = nullptr;  // [batch * seq] or nullptr: every row starts at key 0
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;

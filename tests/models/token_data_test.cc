@@ -194,6 +194,40 @@ TEST(SequenceSamplerTest, WindowsAreConsecutiveIdsWithNextTokenTargets) {
   EXPECT_EQ(in2[0], in[0]);
 }
 
+TEST(SequenceSamplerTest, HuggingFaceWindowsHoldSeqLenIdsAndReachEveryId) {
+  ScratchDir dir;
+  // A stream of exactly seq_len ids is one window: every id is an input, seq_len - 1 are scored.
+  auto f = TokenFile::Open(Write(dir, "ramp.bin", Ramp(16)));
+  ASSERT_THAT(f, IsOk());
+  auto s = SequenceSampler::Create(&*f, 16, /*seed=*/3, 0, LabelStyle::kHuggingFace);
+  ASSERT_THAT(s, IsOk());
+  EXPECT_EQ(s->num_starts(), 1);
+  std::vector<int32_t> in(16), lb(16);
+  ASSERT_THAT(s->Next(1, in, lb), IsOk());
+  for (int t = 0; t < 16; ++t) EXPECT_EQ(in[static_cast<size_t>(t)], t);
+  EXPECT_EQ(in, lb);
+  // A longer stream: N - seq_len + 1 starts, the last window ending at the last id.
+  auto g = TokenFile::Open(Write(dir, "ramp2.bin", Ramp(100)));
+  ASSERT_THAT(g, IsOk());
+  auto h = SequenceSampler::Create(&*g, 16, 3, 0, LabelStyle::kHuggingFace);
+  ASSERT_THAT(h, IsOk());
+  EXPECT_EQ(h->num_starts(), 100 - 16 + 1);
+  bool saw_last = false;
+  for (uint64_t i = 0; i < 2000; ++i) saw_last = saw_last || h->Start(i) == 100 - 16;
+  EXPECT_TRUE(saw_last);
+  // Next-token targets need an id after the window: refused, saying why.
+  std::vector<int32_t> tg(16);
+  Status st = s->Next(1, in, tg, LabelStyle::kNextToken);
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("no id after the last"));
+  // Too short for one window names the window.
+  auto tiny = TokenFile::Open(Write(dir, "ramp3.bin", Ramp(15)));
+  ASSERT_THAT(tiny, IsOk());
+  auto bad = SequenceSampler::Create(&*tiny, 16, 3, 0, LabelStyle::kHuggingFace);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("seq_len = 16"));
+}
+
 TEST(SequenceSamplerTest, SameSeedSameSamplesAndResumesFromAPosition) {
   ScratchDir dir;
   auto f = TokenFile::Open(Write(dir, "ramp.bin", Ramp(5000)));
