@@ -86,6 +86,7 @@ Result<std::unique_ptr<ZeroInference>> ZeroInference::Create(
       largest, static_cast<uint64_t>(std::max<int64_t>(z.max_live_parameters, 0)));
   ho.param_limit_bytes = (persistent + max_live) * DTypeBytes(dtype);
   ho.prefetch_bucket_numel = std::max<int64_t>(z.prefetch_bucket_size, 0);
+  zi->prefetch_numel_ = ho.prefetch_bucket_numel;
   ho.max_live_numel = static_cast<int64_t>(max_live);
   ho.max_reuse_distance_numel = std::max<int64_t>(z.max_reuse_distance, 0);
   STRATA_ASSIGN_OR_RETURN(zi->hooks_, ZeroHooks::Create(model, ho));
@@ -99,7 +100,26 @@ ZeroInference::~ZeroInference() {
   if (model_ != nullptr && hooks_ != nullptr) model_->RemoveHooksRecursive(hooks_.get());
 }
 
-Status ZeroInference::FinishForward() { return hooks_->FinishForward(); }
+// Note [Next pass read-ahead]
+// The coordinator prefetches within a pass, and EndPass releases what it held: without more, each
+// forward would start by waiting for the NVMe reads of its first modules. A generation's passes
+// all run the same modules in the same order (the parameters' order here), so at the end of one
+// the reads of the next one's first streamed parameters start at once (best effort: the store
+// issues what its free buffers take), overlapping the caller's work between two forwards
+// (sampling, the next token's staging) and the first module's own wait.
+Status ZeroInference::FinishForward() {
+  STRATA_RETURN_IF_ERROR(hooks_->FinishForward());
+  if (store_->tier() != Tier::kNvme) return Status::Ok();
+  std::vector<size_t> next;
+  uint64_t numel = 0;
+  const uint64_t budget = std::max<uint64_t>(1, static_cast<uint64_t>(prefetch_numel_));
+  for (size_t i = 0; i < layout_.slices().size() && numel < budget; ++i) {
+    if (hooks_->persistent(i)) continue;
+    next.push_back(i);
+    numel += layout_.slices()[i].numel;
+  }
+  return store_->Prefetch(next);
+}
 
 ZeroInferenceStats ZeroInference::stats() const {
   ZeroInferenceStats s;

@@ -57,7 +57,8 @@ class ZeroInference {
                                                        const ParamInitFn& init);
   ~ZeroInference();
 
-  // The end of one forward pass (after the model's last module).
+  // The end of one forward pass (after the model's last module); with NVMe, starts the reads of
+  // the next pass's first parameters (Note [Next pass read-ahead] in zero_inference.cc).
   Status FinishForward();
   ZeroInferenceStats stats() const;
 
@@ -70,6 +71,7 @@ class ZeroInference {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<ZeroHooks> hooks_;
   uint64_t weight_bytes_ = 0;
+  int64_t prefetch_numel_ = 0;  // stage3_prefetch_bucket_size (Note [Next pass read-ahead])
 };
 
 }  // namespace strata
