@@ -35,6 +35,10 @@ if("thread" IN_LIST STRATA_SANITIZE_LIST)
   endif()
 endif()
 find_package(nlohmann_json 3.10 REQUIRED)
+# tokenizers/: PCRE2 runs tokenizer.json's own split regexes (Unicode classes, look-ahead, JIT);
+# utf8proc does the NFC/NFKC normalizers.
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8>=10.34)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc>=2.5)
 find_package(MPI COMPONENTS C CXX)
 if(MPI_FOUND)
   set(STRATA_MPI_FOUND_INT 1)

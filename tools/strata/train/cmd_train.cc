@@ -39,9 +39,10 @@ namespace {
 constexpr const char* kUsage =
     "strata train --config CFG (--model HF_DIR | --init PRESET) [--data FILE] [--seq-len N]\n"
     "             [--steps N] [--seed S] [--json] [--save DIR [--save-interval N]]\n"
-    "             [--load DIR|auto] [--export DIR]\n"
+    "             [--load DIR|auto] [--export DIR] [--train-on responses|all] [--vocab-size N]\n"
     "  Trains a Llama under a DeepSpeed config (world 1, or the ranks of strata launch/mpirun).\n"
-    "  Without --data: the text the project ships, byte-level.";
+    "  Without --data: the text the project ships, byte-level. A .jsonl --data is tokenized\n"
+    "  with --model's tokenizer and chat template (cached), the loss on the responses only.";
 
 // One line on stderr: newlines of multi-error messages become "; ".
 int Fail(int code, const std::string& what) {
@@ -71,7 +72,8 @@ std::string Mib(uint64_t bytes) {
 
 struct Options {
   std::string config, model, init, data;
-  int64_t seq_len = 64, steps = 10, seed = 1234;
+  std::string train_on = "responses", data_cache = DefaultDataCache();
+  int64_t seq_len = 64, steps = 10, seed = 1234, vocab_size = 0;
   bool json = false;
   CheckpointFlags ckpt;  // --save, --save-interval, --load, --export
 };
@@ -90,10 +92,14 @@ struct Run {
   std::unique_ptr<Engine> engine;
   std::optional<data::TokenFile> tokens;
   std::optional<data::SequenceSampler> sampler;
-  TrainIdentity id;    // for the checkpoint calls
+  std::optional<data::PreparedSampler> prepared;  // a JSONL dataset
+  TrainIdentity id;                               // for the checkpoint calls
   TrainResume resume;  // where training starts (--load) and the last step saved
   int64_t micro_done = 0;
 };
+
+Status OpenTokenData(const Options& o, Run* r);
+Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code);
 
 // Builds the run; on failure sets *exit_code (2 for invalid input, 1 otherwise).
 Status Setup(const Options& o, Run* r, int* exit_code) {
@@ -101,6 +107,7 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   // The model's shape first: the config's hidden-size-based "auto" keys need it.
   if (!o.init.empty()) {
     STRATA_ASSIGN_OR_RETURN(r->model_config, llama::LlamaPreset(o.init));
+    if (o.vocab_size > 0) r->model_config.vocab_size = o.vocab_size;
   } else {
     STRATA_ASSIGN_OR_RETURN(r->model_config, llama::ReadLlamaConfig(o.model));
   }
@@ -110,9 +117,26 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   run.total_num_steps = o.steps;
   run.hidden_size = r->model_config.hidden_size;
   STRATA_ASSIGN_OR_RETURN(r->config, LoadConfig(o.config, run));
-  const Config& c = r->config;
 
   // Data before any memory is placed: a mismatch is the user's to fix.
+  if (o.seq_len > r->model_config.max_position_embeddings) {
+    return InvalidArgumentError("--seq-len " + std::to_string(o.seq_len) +
+                                " exceeds the model's max_position_embeddings " +
+                                std::to_string(r->model_config.max_position_embeddings));
+  }
+  if (o.data.ends_with(".jsonl")) {
+    STRATA_ASSIGN_OR_RETURN(data::PreparedSampler prepared,
+                            OpenJsonlData(o.data, o.model, o.data_cache, o.train_on == "all",
+                                          o.seq_len, static_cast<uint64_t>(o.seed),
+                                          r->model_config.vocab_size, env.rank == 0 && !o.json));
+    r->prepared.emplace(std::move(prepared));
+  } else {
+    STRATA_RETURN_IF_ERROR(OpenTokenData(o, r));
+  }
+  return SetupEngine(o, r, env.launched(), exit_code);
+}
+
+Status OpenTokenData(const Options& o, Run* r) {
   STRATA_ASSIGN_OR_RETURN(data::TokenFile file,
                           o.data.empty() ? ShippedText() : data::TokenFile::Open(o.data));
   r->tokens.emplace(std::move(file));
@@ -122,16 +146,15 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
     return InvalidArgumentError("the model's vocab_size " + std::to_string(vocab) +
                                 " is smaller than the byte-level ids (0-255) of text file " + path);
   }
-  if (o.seq_len > r->model_config.max_position_embeddings) {
-    return InvalidArgumentError("--seq-len " + std::to_string(o.seq_len) +
-                                " exceeds the model's max_position_embeddings " +
-                                std::to_string(r->model_config.max_position_embeddings));
-  }
   STRATA_ASSIGN_OR_RETURN(
       data::SequenceSampler sampler,
       data::SequenceSampler::Create(&*r->tokens, o.seq_len, static_cast<uint64_t>(o.seed), vocab));
   r->sampler.emplace(std::move(sampler));
+  return Status::Ok();
+}
 
+Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
+  const Config& c = r->config;
   *exit_code = 1;
   DeviceOptions dev;
   dev.host.memory_bytes = c.strata.device_memory_bytes;
@@ -145,7 +168,7 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   co.device_kind = dev.kind;
   co.backend = c.strata.comm_backend;
   co.timeout_s = c.strata.comm_timeout_s;
-  co.log_choice = env.launched();
+  co.log_choice = launched;
   STRATA_ASSIGN_OR_RETURN(r->comm, CreateCommunicator(co));
   r->rank = r->comm->rank();
   r->world = r->comm->world_size();
@@ -225,8 +248,16 @@ Status Train(const Options& o, Run& r, Totals* t) {
   for (int64_t step = r.resume.step + 1; step <= o.steps; ++step) {
     double sum = 0;
     for (int64_t m = 0; m < gas; ++m, ++micro) {
-      r.sampler->set_position(SampleIndex(micro, r.rank, r.world, mb));
-      if (Status s = r.sampler->Next(mb, ids, labels, data::LabelStyle::kHuggingFace); !s.ok()) {
+      const uint64_t first = SampleIndex(micro, r.rank, r.world, mb);
+      Status next;
+      if (r.prepared) {
+        r.prepared->set_position(first);
+        next = r.prepared->Next(mb, ids, labels);
+      } else {
+        r.sampler->set_position(first);
+        next = r.sampler->Next(mb, ids, labels, data::LabelStyle::kHuggingFace);
+      }
+      if (Status s = next; !s.ok()) {
         t->data_error = true;
         return s;
       }
@@ -257,7 +288,13 @@ int RunTrain(const std::vector<std::string>& args) {
   flags.String("deepspeed_config", &o.config, "the same as --config (DeepSpeed's spelling)");
   flags.String("model", &o.model, "a Hugging Face Llama directory to start from");
   flags.String("init", &o.init, "random initialisation of a preset: tiny, small, 1b, 7b");
-  flags.String("data", &o.data, "token file (llm.c/nanoGPT .bin) or text file (bytes)");
+  flags.String("data", &o.data,
+               "token file (llm.c/nanoGPT .bin), text file (bytes), or a .jsonl dataset "
+               "(text, Alpaca, OpenAI messages, ShareGPT) tokenized with --model's tokenizer");
+  flags.Choice("train-on", &o.train_on, {"responses", "all"},
+               "with a .jsonl: the loss on the assistant's turns (responses) or every token");
+  flags.String("data-cache", &o.data_cache, "where a .jsonl is prepared once and reused");
+  flags.Int("vocab-size", &o.vocab_size, "with --init: the vocabulary size (0: the preset's)", 0);
   flags.Int("seq-len", &o.seq_len, "tokens per sequence", 1);
   flags.Int("steps", &o.steps, "optimizer steps", 1);
   flags.Int("seed", &o.seed, "seed of the random init and of the data order", 0);
@@ -275,6 +312,7 @@ int RunTrain(const std::vector<std::string>& args) {
     return Fail(2, "give exactly one of --model HF_DIR or --init PRESET (tiny, small, 1b, 7b)");
   }
   if (Status s = ValidateCheckpointFlags(o.ckpt); !s.ok()) return Fail(2, s.message());
+  if (o.vocab_size > 0 && o.init.empty()) return Fail(2, "--vocab-size goes with --init PRESET");
 
   Run r;
   r.mem_base = MemoryBaseline::Take();
@@ -317,6 +355,12 @@ int RunTrain(const std::vector<std::string>& args) {
                                    *r.engine, &r.resume);
       !s.ok()) {
     return Fail(1, s.message());
+  }
+  // The exported directory is usable on its own: the model's tokenizer goes with it.
+  if (r.rank == 0 && !o.model.empty() && !o.ckpt.export_dir.empty()) {
+    if (Status s = CopyTokenizerFiles(o.model, o.ckpt.export_dir); !s.ok()) {
+      return Fail(1, s.message());
+    }
   }
   if (t.losses.empty()) {  // resumed at or past --steps
     const long long at = static_cast<long long>(r.resume.step);

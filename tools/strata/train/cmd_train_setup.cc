@@ -1,10 +1,15 @@
 #include "tools/strata/train/cmd_train_setup.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "data/prepare/prepare.h"
 #include "models/llama/llama_init.h"
 #include "nn/io/safetensors.h"
 #include "tools/strata/train/shipped_text.h"
@@ -27,6 +32,52 @@ Result<ParamInitFn> CheckpointInit(const std::string& model_dir) {
 
 Result<data::TokenFile> ShippedText() {
   return data::TokenFile::FromText(std::string(kShippedTextName), kShippedText);
+}
+
+std::string DefaultDataCache() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/strata/data";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/strata/data";
+  return ".strata-cache/data";
+}
+
+Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std::string& model_dir,
+                                            const std::string& cache_root, bool train_on_all,
+                                            int64_t seq_len, uint64_t seed, int64_t vocab_size,
+                                            bool print) {
+  if (model_dir.empty()) {
+    return InvalidArgumentError("--data " + jsonl +
+                                ": a JSONL dataset is tokenized with the model's own tokenizer "
+                                "and chat template: give --model DIR (with tokenizer.json)");
+  }
+  data::PrepareOptions o;
+  o.tokenize.train_on_prompt = train_on_all;
+  o.tokenize.max_tokens = seq_len;
+  o.tokenize.overlong = data::Overlong::kTruncate;
+  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool reused = false;
+  data::PrepareSummary summary;
+  STRATA_ASSIGN_OR_RETURN(std::string dir,
+                          data::PrepareCached(jsonl, model_dir, cache_root, o, &reused, &summary));
+  if (print) {
+    std::printf("data: %s %s: %s, loss on %s\n", reused ? "reused" : "prepared", dir.c_str(),
+                summary.ToString().c_str(), train_on_all ? "every token" : "the responses only");
+    std::fflush(stdout);
+  }
+  return data::PreparedSampler::Open(dir, seq_len, seed, vocab_size, /*pad_id=*/0);
+}
+
+Status CopyTokenizerFiles(const std::string& model_dir, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"}) {
+    fs::path from = fs::path(model_dir) / name;
+    if (!fs::exists(from)) continue;
+    std::error_code ec;
+    fs::copy_file(from, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return IoError("copy " + from.string() + " to " + out_dir + ": " + ec.message());
+  }
+  return Status::Ok();
 }
 
 }  // namespace strata::cli

