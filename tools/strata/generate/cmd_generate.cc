@@ -2,10 +2,13 @@
 // directory or a Strata checkpoint, read in place) forward with a KV cache and prints what it
 // writes, as it writes it. Weights are placed as the config's zero_optimization.offload_param
 // says (ZeRO-Inference: device, pinned CPU, or NVMe streamed a layer ahead; generate_place.h).
-// Without a tokenizer the prompt's bytes are the token ids, as `strata train` reads text.
+// Text goes through the model's tokenizer and, with --chat, its chat template (generate_text.h);
+// without a tokenizer.json the prompt's bytes are the token ids, as `strata train` reads text.
 // Exit 0 ok, 1 failed while running, 2 bad usage or input.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "models/infer/generator.h"
 #include "models/llama/llama_decode.h"
 #include "tools/strata/generate/generate_place.h"
+#include "tools/strata/generate/generate_text.h"
 #include "tools/strata/generate/generate_weights.h"
 #include "tools/strata/subcommand.h"
 
@@ -24,11 +28,11 @@ namespace {
 constexpr const char* kUsage =
     "strata generate --model DIR --prompt TEXT [--prompt TEXT2 ...] [--config CFG]\n"
     "                [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "                [--stop-id ID ...] [--tag T] [--json]\n"
+    "                [--stop-id ID ...] [--chat FILE.jsonl] [--tokenizer DIR] [--tag T] [--json]\n"
     "  Generates text from a Hugging Face directory or a Strata checkpoint (strata train --save).";
 
 struct Options {
-  std::string model, config, tag;
+  std::string model, config, tag, chat, tokenizer;
   std::vector<std::string> prompts;
   std::vector<int32_t> stop_ids;
   int64_t max_new_tokens = 64, top_k = 0, seed = 0;
@@ -47,34 +51,65 @@ std::string Mib(uint64_t bytes) {
   return buf;
 }
 
-// Byte-level ids (as `strata train` reads text): ids 0-255 are bytes; others print as <id>.
-std::string TokenText(int32_t id) {
-  if (id >= 0 && id < 256) return std::string(1, static_cast<char>(id));
-  return "<" + std::to_string(id) + ">";
+// --chat FILE.jsonl: one conversation a line, {"messages": [...]} or a bare list of messages.
+Result<std::vector<nlohmann::ordered_json>> ReadChats(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return NotFoundError("--chat " + path + ": cannot open");
+  std::vector<nlohmann::ordered_json> out;
+  std::string line;
+  for (int n = 1; std::getline(f, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("messages")) j = j["messages"];
+    if (!j.is_array() || j.empty()) {
+      return InvalidArgumentError(path + ":" + std::to_string(n) +
+                                  ": expected {\"messages\": [{\"role\": ..., \"content\": ...}, "
+                                  "...]} or a list of messages");
+    }
+    out.push_back(std::move(j));
+  }
+  if (out.empty()) return InvalidArgumentError("--chat " + path + ": no conversations");
+  return out;
 }
 
 int Run(const Options& o) {
   auto weights = OpenGenerateWeights(o.model, o.tag);
   if (!weights.ok()) return Fail(2, weights.status().message());
   const llama::LlamaConfig& mc = weights->config;
-  if (mc.vocab_size < 256) {
-    return Fail(2, "the model's vocab_size " + std::to_string(mc.vocab_size) +
-                       " is smaller than the byte-level ids (0-255) the prompt is read as");
-  }
+  std::vector<std::string> text_dirs = weights->text_dirs;
+  if (!o.tokenizer.empty()) text_dirs = {o.tokenizer};
+  auto text = GenerateText::Open(text_dirs, mc.vocab_size);
+  if (!text.ok()) return Fail(2, text.status().message());
   for (int32_t id : o.stop_ids) {
     if (id < 0 || id >= mc.vocab_size) {
       return Fail(2, "--stop-id " + std::to_string(id) + " is outside the vocabulary [0, " +
                          std::to_string(mc.vocab_size) + ")");
     }
   }
+  // Each prompt's text (as shown) and ids.
+  std::vector<std::string> shown;
   std::vector<std::vector<int32_t>> prompts;
-  int64_t longest = 0;
   for (const std::string& p : o.prompts) {
     if (p.empty()) return Fail(2, "--prompt is empty (the model needs at least one token)");
-    prompts.emplace_back(p.begin(), p.end());
-    for (int32_t& id : prompts.back()) id = static_cast<int32_t>(static_cast<unsigned char>(id));
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    auto ids = text->EncodePrompt(p);
+    if (!ids.ok()) return Fail(2, "--prompt: " + ids.status().message());
+    shown.push_back(p);
+    prompts.push_back(std::move(*ids));
   }
+  if (!o.chat.empty()) {
+    auto chats = ReadChats(o.chat);
+    if (!chats.ok()) return Fail(2, chats.status().message());
+    for (const auto& messages : *chats) {
+      std::string rendered;
+      auto ids = text->EncodeChat(messages, &rendered);
+      if (!ids.ok()) return Fail(2, ids.status().message());
+      shown.push_back(rendered);
+      prompts.push_back(std::move(*ids));
+    }
+  }
+  int64_t longest = 0;
+  for (const auto& p : prompts)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
   const int64_t max_len = longest + o.max_new_tokens;
   if (max_len > mc.max_position_embeddings) {
     return Fail(2, "the longest prompt (" + std::to_string(longest) +
@@ -90,6 +125,7 @@ int Run(const Options& o) {
   go.sampling.top_p = o.top_p;
   go.sampling.seed = static_cast<uint64_t>(o.seed);
   go.stop_ids = o.stop_ids;
+  for (int32_t id : text->stop_ids()) go.stop_ids.push_back(id);
   if (Status s = infer::ValidateSampling(go.sampling); !s.ok()) return Fail(2, s.message());
 
   const infer::KvCachePlan plan =
@@ -99,11 +135,12 @@ int Run(const Options& o) {
   if (!placed.ok()) return Fail(code, placed.status().message());
   GeneratePlacement& pl = **placed;
   std::fprintf(stderr,
-               "strata generate: %s, %.2fM parameters, weights %s\n"
+               "strata generate: %s, %.2fM parameters, weights %s; text: %s\n"
                "strata generate: KV cache %lld layers x %zu sequences x %lld positions: %s "
                "(+ %s workspace) on the device\n",
                weights->source.c_str(), static_cast<double>(mc.NumParameters()) / 1e6,
-               pl.where.c_str(), static_cast<long long>(mc.num_hidden_layers), prompts.size(),
+               pl.where.c_str(), text->source().c_str(),
+               static_cast<long long>(mc.num_hidden_layers), prompts.size(),
                static_cast<long long>(max_len), Mib(plan.cache_bytes).c_str(),
                Mib(plan.workspace_bytes).c_str());
   auto dec = llama::LlamaDecoder::Create(pl.model.get(), plan.max_batch, plan.max_len);
@@ -111,13 +148,14 @@ int Run(const Options& o) {
   pl.Attach(**dec);
   const bool stream_text = !o.json && prompts.size() == 1;
   if (stream_text) {
-    std::fwrite(o.prompts[0].data(), 1, o.prompts[0].size(), stdout);
+    std::fwrite(shown[0].data(), 1, shown[0].size(), stdout);
     std::fflush(stdout);
   }
+  TextStream stream(&*text);
   const nn::RunContext ctx{pl.device.get(), pl.stream, false};
   auto r = infer::Generate(**dec, ctx, prompts, go, [&](int64_t, int32_t tok) {
     if (!stream_text) return;
-    const std::string t = TokenText(tok);
+    const std::string t = stream.Push(tok);
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
   });
@@ -131,15 +169,15 @@ int Run(const Options& o) {
     nlohmann::json j;
     j["model"] = weights->source;
     j["weights"] = pl.where;
+    j["text"] = text->source();
     j["kv_cache"] = {{"cache_bytes", plan.cache_bytes},
                      {"workspace_bytes", plan.workspace_bytes},
                      {"max_len", plan.max_len},
                      {"sequences", plan.max_batch}};
     for (size_t b = 0; b < prompts.size(); ++b) {
-      std::string text;
-      for (int32_t t : r->tokens[b]) text += TokenText(t);
-      j["results"].push_back({{"prompt", o.prompts[b]},
-                              {"text", text},
+      j["results"].push_back({{"prompt", shown[b]},
+                              {"prompt_tokens", prompts[b].size()},
+                              {"text", text->Decode(r->tokens[b])},
                               {"tokens", r->tokens[b]},
                               {"finish_reason", r->finish_reasons[b]}});
     }
@@ -151,12 +189,12 @@ int Run(const Options& o) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (stream_text) {
-      std::printf("\n");
+      const std::string rest = stream.Flush();
+      std::printf("%s\n", rest.c_str());
     } else {
       for (size_t b = 0; b < prompts.size(); ++b) {
-        std::printf("--- %zu (%s) ---\n%s", b, r->finish_reasons[b].c_str(), o.prompts[b].c_str());
-        for (int32_t t : r->tokens[b]) std::printf("%s", TokenText(t).c_str());
-        std::printf("\n");
+        std::printf("--- %zu (%s) ---\n%s%s\n", b, r->finish_reasons[b].c_str(), shown[b].c_str(),
+                    text->Decode(r->tokens[b]).c_str());
       }
     }
     std::fprintf(
@@ -173,6 +211,11 @@ int RunGenerate(const std::vector<std::string>& args) {
   flags.String("model", &o.model, "a Hugging Face directory or a Strata checkpoint directory");
   flags.String("config", &o.config, "DeepSpeed JSON config: offload_param places the weights");
   flags.String("tag", &o.tag, "the checkpoint tag (default: the one `latest` names)");
+  flags.String("chat", &o.chat,
+               "JSONL of conversations ({\"messages\": [...]} a line), rendered by the model's "
+               "chat template");
+  flags.String("tokenizer", &o.tokenizer,
+               "a directory with tokenizer.json (default: the model's; none: byte-level ids)");
   flags.Custom(
       "prompt", "TEXT",
       [&](std::string_view v) {
@@ -205,7 +248,9 @@ int RunGenerate(const std::vector<std::string>& args) {
   }
   if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
   if (o.model.empty()) return Fail(2, "--model DIR is required\n" + flags.Help());
-  if (o.prompts.empty()) return Fail(2, "--prompt TEXT is required\n" + flags.Help());
+  if (o.prompts.empty() && o.chat.empty()) {
+    return Fail(2, "--prompt TEXT or --chat FILE.jsonl is required\n" + flags.Help());
+  }
   return Run(o);
 }
 

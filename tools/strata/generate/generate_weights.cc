@@ -45,6 +45,7 @@ Result<GenerateWeights> FromCheckpoint(const std::string& dir, const std::string
                                 std::to_string(total) + " (not this checkpoint's model)");
   }
   STRATA_RETURN_IF_ERROR(reader.VerifyAll());
+  w.text_dirs = {tag_dir, ckpt_dir};
   w.source =
       "checkpoint " + tag_dir + " (step " + std::to_string(m.global_steps - m.skipped_steps) + ")";
   auto shared = std::make_shared<CheckpointReader>(std::move(reader));
@@ -80,6 +81,7 @@ Result<GenerateWeights> OpenGenerateWeights(const std::string& dir, const std::s
   STRATA_ASSIGN_OR_RETURN(w.config, llama::ReadLlamaConfig(dir));
   STRATA_ASSIGN_OR_RETURN(w.init, CheckpointInit(dir));
   w.source = "Hugging Face directory " + dir;
+  w.text_dirs = {dir};
   return w;
 }
 

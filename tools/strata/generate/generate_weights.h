@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/engine.h"
@@ -18,6 +19,9 @@ struct GenerateWeights {
   llama::LlamaConfig config;
   ParamInitFn init;
   std::string source;  // "Hugging Face directory DIR" or "checkpoint DIR/TAG (step N)"
+  // Where the model's tokenizer files may be: the directory, or a checkpoint's tag directory
+  // and the checkpoint directory.
+  std::vector<std::string> text_dirs;
 };
 
 // `tag` (checkpoints only; empty: the one `latest` names). NotFound naming what was looked for
