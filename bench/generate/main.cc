@@ -2,6 +2,7 @@
 //
 //   generate [--json] [--hidden 1024 --layers 8 --heads 16 --intermediate 2816 --vocab 4096]
 //            [--prompt-len 16] [--new-tokens 8] [--device-mem 64M] [--dir DIR] [--threads 2]
+//            [--rounds 3]
 //
 // A Llama (bf16 weights) decodes with its weights on NVMe (offload_param nvme, max_in_cpu 0:
 // every forward reads every streamed weight from the swap file) on a host-emulated device of
@@ -16,6 +17,8 @@
 //                streamed bytes / this host's memcpy speed (the host-emulated device's H2D copy
 //                of each gathered weight is CPU work on this machine, as bench/overlap counts it).
 //   bound(b)   = max(io bound, cpu bound(b)) per step.
+// Each part runs --rounds times in ABBA order (resident and NVMe alternating, an aio sweep and a
+// memcpy probe per round); the figures are medians.
 // Targets: batch1_over_bound <= 1.2 (a step at batch 1 costs what reading the weights costs) and
 // batch8_over_batch1 >= 4 (batching amortises the read).
 #include <tbb/global_control.h>
@@ -44,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   int64_t hidden = 1024, layers = 8, heads = 16, intermediate = 2816, vocab = 4096;
-  int64_t prompt_len = 16, new_tokens = 8, threads = 2;
+  int64_t prompt_len = 16, new_tokens = 8, threads = 2, rounds = 3;
   uint64_t device_mem = 64ull << 20;
   std::string dir = "generate-bench-swap";
   bool json = false;
@@ -94,24 +97,15 @@ Status Run(const Options& o) {
   const uint64_t weight_bytes = static_cast<uint64_t>(mc.NumParameters()) * 2;
   const std::vector<int64_t> batches = {1, 8};
 
-  // CPU bound: every weight resident on an uncapped device.
-  std::vector<double> cpu_s;
-  {
-    DeviceOptions dev;
-    dev.host.memory_bytes = weight_bytes * 2 + (512ull << 20);
-    dev.host.populate_memory = false;
-    STRATA_ASSIGN_OR_RETURN(auto device, CreateDevice(dev));
-    STRATA_ASSIGN_OR_RETURN(Stream s, device->CreateStream());
-    llama::LlamaModelOptions mo;
-    mo.dtype = dtype, mo.allocate_grads = false, mo.seed = 3;
-    STRATA_ASSIGN_OR_RETURN(auto model, llama::LlamaForCausalLM::Create(mc, device.get(), mo));
-    for (int64_t b : batches) {
-      STRATA_ASSIGN_OR_RETURN(double t, DecodeSeconds(model.get(), device.get(), s, nullptr, b, o));
-      cpu_s.push_back(t);
-    }
-    model.reset();
-    STRATA_RETURN_IF_ERROR(device->DestroyStream(s));
-  }
+  // CPU bound: every weight resident on an uncapped device (kept for all rounds).
+  DeviceOptions rdev;
+  rdev.host.memory_bytes = weight_bytes * 2 + (512ull << 20);
+  rdev.host.populate_memory = false;
+  STRATA_ASSIGN_OR_RETURN(auto rdevice, CreateDevice(rdev));
+  STRATA_ASSIGN_OR_RETURN(Stream rs, rdevice->CreateStream());
+  llama::LlamaModelOptions rmo;
+  rmo.dtype = dtype, rmo.allocate_grads = false, rmo.seed = 3;
+  STRATA_ASSIGN_OR_RETURN(auto rmodel, llama::LlamaForCausalLM::Create(mc, rdevice.get(), rmo));
 
   // ZeRO-Inference from NVMe on a small device.
   std::filesystem::remove_all(o.dir);
@@ -150,21 +144,53 @@ Status Run(const Options& o) {
   };
   STRATA_ASSIGN_OR_RETURN(auto zi, ZeroInference::Create(*model, model->NamedParameters(), config,
                                                          *device, s, dtype, init));
-  std::vector<double> nvme_s;
-  std::vector<uint64_t> read_per_step;
-  for (int64_t b : batches) {
-    const uint64_t r0 = zi->stats().nvme_read_bytes;
-    STRATA_ASSIGN_OR_RETURN(double t, DecodeSeconds(model.get(), device.get(), s, zi.get(), b, o));
-    nvme_s.push_back(t);
-    // prefill + untimed step + timed steps
-    read_per_step.push_back((zi->stats().nvme_read_bytes - r0) /
-                            static_cast<uint64_t>(o.new_tokens + 2));
+
+  // Rounds in ABBA order (resident, NVMe, NVMe, resident, ...), each batch size; medians.
+  std::vector<std::vector<double>> cpu_r(batches.size()), nvme_r(batches.size());
+  std::vector<double> aio_r, memcpy_r;
+  uint64_t read_per_step = 0;
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      for (int part = 0; part < 2; ++part) {
+        const bool nvme = (part == 0) == (round % 2 == 1);
+        if (!nvme) {
+          STRATA_ASSIGN_OR_RETURN(
+              double t, DecodeSeconds(rmodel.get(), rdevice.get(), rs, nullptr, batches[i], o));
+          cpu_r[i].push_back(t);
+          continue;
+        }
+        const uint64_t r0 = zi->stats().nvme_read_bytes;
+        STRATA_ASSIGN_OR_RETURN(
+            double t, DecodeSeconds(model.get(), device.get(), s, zi.get(), batches[i], o));
+        nvme_r[i].push_back(t);
+        // prefill + untimed step + timed steps: one forward each
+        if (i == 0) {
+          read_per_step =
+              (zi->stats().nvme_read_bytes - r0) / static_cast<uint64_t>(o.new_tokens + 2);
+        }
+      }
+    }
+    STRATA_ASSIGN_OR_RETURN(AioSpeed sweep, MeasureAioSweep(o.dir, config.aio, 1 << 20, 0));
+    aio_r.push_back(sweep.read_gbps);
+    memcpy_r.push_back(MeasureMemcpyGbps());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  AioSpeed aio;
+  aio.read_gbps = median(aio_r);
+  STRATA_ASSIGN_OR_RETURN(AioSpeed engine_desc, MeasureAioSweep(o.dir, config.aio, 1 << 20, 0));
+  aio.engine = engine_desc.engine;
+  std::vector<double> cpu_s, nvme_s;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    cpu_s.push_back(median(cpu_r[i]));
+    nvme_s.push_back(median(nvme_r[i]));
   }
   const ZeroInferenceStats st = zi->stats();
-  STRATA_ASSIGN_OR_RETURN(AioSpeed aio, MeasureAioSweep(o.dir, config.aio, 1 << 20, 0));
-  const double io_s = static_cast<double>(read_per_step[0]) / (aio.read_gbps * 1e9);
-  const double memcpy_gbps = MeasureMemcpyGbps();
-  const double copy_s = static_cast<double>(read_per_step[0]) / (memcpy_gbps * 1e9);
+  const double io_s = static_cast<double>(read_per_step) / (aio.read_gbps * 1e9);
+  const double memcpy_gbps = median(memcpy_r);
+  const double copy_s = static_cast<double>(read_per_step) / (memcpy_gbps * 1e9);
   for (double& c : cpu_s) c += copy_s;
 
   nlohmann::ordered_json j;
@@ -173,7 +199,8 @@ Status Run(const Options& o) {
   j["device_bytes"] = o.device_mem;
   j["weights_over_device"] = static_cast<double>(weight_bytes) / static_cast<double>(o.device_mem);
   j["peak_gathered_bytes"] = st.peak_live_bytes;
-  j["nvme_read_bytes_per_step"] = read_per_step[0];
+  j["rounds"] = o.rounds;
+  j["nvme_read_bytes_per_step"] = read_per_step;
   j["aio_read_gbps"] = aio.read_gbps;
   j["aio_engine"] = aio.engine;
   j["io_bound_s"] = io_s;
@@ -199,7 +226,7 @@ Status Run(const Options& o) {
         "GB/s (%s)\n",
         static_cast<double>(weight_bytes) / (1 << 20), j["weights_over_device"].get<double>(),
         static_cast<double>(o.device_mem) / (1 << 20),
-        static_cast<double>(read_per_step[0]) / (1 << 20), aio.read_gbps, aio.engine.c_str());
+        static_cast<double>(read_per_step) / (1 << 20), aio.read_gbps, aio.engine.c_str());
     for (size_t i = 0; i < batches.size(); ++i) {
       const std::string k = "batch" + std::to_string(batches[i]);
       std::printf(
@@ -212,7 +239,9 @@ Status Run(const Options& o) {
   }
   zi.reset();
   model.reset();
+  rmodel.reset();
   STRATA_RETURN_IF_ERROR(device->DestroyStream(s));
+  STRATA_RETURN_IF_ERROR(rdevice->DestroyStream(rs));
   std::filesystem::remove_all(o.dir);
   return Status::Ok();
 }
@@ -232,6 +261,7 @@ int main(int argc, char** argv) {
   flags.Int("prompt-len", &o.prompt_len, "prompt tokens", 3);
   flags.Int("new-tokens", &o.new_tokens, "timed decode steps", 1);
   flags.Int("threads", &o.threads, "oneTBB threads", 1);
+  flags.Int("rounds", &o.rounds, "ABBA rounds (medians reported)", 1);
   flags.Bytes("device-mem", &o.device_mem, "the emulated device's memory");
   flags.String("dir", &o.dir, "NVMe swap directory (removed after)");
   flags.Bool("json", &o.json, "print JSON");
