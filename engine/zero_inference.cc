@@ -32,6 +32,7 @@ Result<std::unique_ptr<ZeroInference>> ZeroInference::Create(
   CommOptions co;
   co.backend = CommBackend::kLocal;
   co.device_kind = device.kind();
+  co.log_choice = false;  // world 1, local: nothing to say
   STRATA_ASSIGN_OR_RETURN(zi->comm_, CreateCommunicator(co));
 
   STRATA_ASSIGN_OR_RETURN(ParamStoreOptions so, ParamStoreOptionsFromConfig(config, 0));
