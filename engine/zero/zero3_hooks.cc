@@ -14,10 +14,10 @@ constexpr size_t kMaxTimedH2d = 4096;  // timing event pairs kept between two st
 }  // namespace
 
 Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const ZeroHooksOptions& o) {
-  if (o.comm == nullptr || o.device == nullptr || o.layout == nullptr || o.reducer == nullptr ||
-      (o.partition_params && o.store == nullptr)) {
+  if (o.comm == nullptr || o.device == nullptr || o.layout == nullptr ||
+      (o.reducer == nullptr && !o.forward_only) || (o.partition_params && o.store == nullptr)) {
     return InvalidArgumentError(
-        "zero hooks: communicator, device, layout, reducer (and shards at "
+        "zero hooks: communicator, device, layout, reducer (unless forward_only; and shards at "
         "stage 3) are required");
   }
   std::unique_ptr<ZeroHooks> h(new ZeroHooks(o));
@@ -145,6 +145,10 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Release(i));
       return Status::Ok();
     case nn::HookPoint::kPreBackward:
+      if (o_.forward_only) {
+        return FailedPreconditionError("zero hooks: " + module.name() +
+                                       ": backward through forward-only (inference) hooks");
+      }
       if (coord_ != nullptr) {
         STRATA_RETURN_IF_ERROR(coord_->BeforeGather(point, module, gathered_in_backward));
       }
@@ -429,6 +433,14 @@ Status ZeroHooks::FinishBackward() {
     STRATA_RETURN_IF_ERROR(SlotReady(i));
   }
   return o_.reducer->Flush();
+}
+
+Status ZeroHooks::FinishForward() {
+  if (!o_.forward_only)
+    return FailedPreconditionError("zero hooks: FinishForward is for inference");
+  if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->EndPass());
+  in_pass_ = false;
+  return Status::Ok();
 }
 
 Status ZeroHooks::RegatherPersistent() {

@@ -76,6 +76,9 @@ struct ZeroHooksOptions {
   ParamStore* store = nullptr;
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
   GradReducer* reducer = nullptr;     // not owned
+  // Inference (ZeRO-Inference, engine/zero_inference.h): no reducer, no backward; a pass ends at
+  // FinishForward.
+  bool forward_only = false;
   // The host enqueues ahead of the device, and a released buffer returns to the device only
   // when its stream reaches the free: without a bound every module's gathered parameters and
   // gradient slots could be outstanding at once. When the bytes held plus those freed but not
@@ -105,6 +108,9 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // End of a backward pass: hands slots whose users did not all run backward to the reducer,
   // and flushes it. Afterwards compute-stream work sees the reduced partition.
   Status FinishBackward();
+  // forward_only: the end of a forward pass (the coordinator's EndPass: holds released, the
+  // recorded trace checked and replayed from the next pass on).
+  Status FinishForward();
   // Stage 3: re-gathers the persistent parameters from the (updated) shards.
   Status RegatherPersistent();
 

@@ -215,6 +215,8 @@ Status LlamaForCausalLM::ZeroGrads(const nn::RunContext& ctx) {
 }
 
 nn::Linear& LlamaForCausalLM::lm_head() { return *impl_->lm_head; }
+const float* LlamaForCausalLM::rope_cos() const { return impl_->rope_cos.f32(); }
+const float* LlamaForCausalLM::rope_sin() const { return impl_->rope_sin.f32(); }
 
 Tensor LlamaForCausalLM::Hidden(int64_t layer) const {
   const int64_t n = impl_->info.tokens();

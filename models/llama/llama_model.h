@@ -92,6 +92,9 @@ class LlamaForCausalLM final : public nn::CausalLM {
   Status InitializeParameters(const nn::RunContext& ctx, uint64_t seed);
 
   LlamaModel& model() { return *model_; }
+  // The RoPE tables ([max_position_embeddings, head_dim / 2] fp32, device), for inference.
+  const float* rope_cos() const;
+  const float* rope_sin() const;
   nn::Linear& lm_head();  // its weight is the embedding's when tied
 
  private:

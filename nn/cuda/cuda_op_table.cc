@@ -99,6 +99,15 @@ Status XentBwd(const Stream& stream, const CrossEntropyArgs& a) {
                  s.op, "launch");
 }
 
+Status CachedAttn(const Stream& stream, const CachedAttentionArgs& a) {
+  STRATA_ASSIGN_OR_RETURN(OpStream s, Resolve(stream, "cached_attention"));
+  STRATA_RETURN_IF_ERROR(CudaErr(
+      cuda::LaunchCachedAttention(a.batch, a.q_len, a.cache_len, a.heads, a.kv_heads, a.head_dim,
+                                  a.scale, a.q, a.k_cache, a.v_cache, a.pos, a.out, s.raw()),
+      s.op, "launch"));
+  return cuda::EnqueueIndexCheck(s, a.pos, a.batch * a.q_len, a.cache_len, IndexKind::kPosition);
+}
+
 const OpTable kCudaTable = {
     .backend = "cuda",
     .gemm = &cuda::CudaGemm,
@@ -113,6 +122,7 @@ const OpTable kCudaTable = {
     .swiglu_backward = &GluBwd,
     .cross_entropy_forward = &XentFwd,
     .cross_entropy_backward = &XentBwd,
+    .cached_attention = &CachedAttn,
 };
 
 }  // namespace

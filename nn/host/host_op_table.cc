@@ -88,6 +88,10 @@ Status XentBwd(const Stream& s, const CrossEntropyArgs& a) {
       s, a);
 }
 
+Status CachedAttn(const Stream& s, const CachedAttentionArgs& a) {
+  return Enqueue<OpKind::kCachedAttention, false, CachedAttentionArgs, HostCachedAttention>(s, a);
+}
+
 const OpTable kHostTable = {
     .backend = "host",
     .gemm = &Gemm,
@@ -102,6 +106,7 @@ const OpTable kHostTable = {
     .swiglu_backward = &GluBwd,
     .cross_entropy_forward = &XentFwd,
     .cross_entropy_backward = &XentBwd,
+    .cached_attention = &CachedAttn,
 };
 
 }  // namespace

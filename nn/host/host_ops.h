@@ -31,6 +31,7 @@ void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 Status HostAttentionForward(const AttentionArgs& a);
 Status HostAttentionBackward(const AttentionArgs& a);
+Status HostCachedAttention(const CachedAttentionArgs& a);
 Status HostCrossEntropyForward(const CrossEntropyArgs& a);
 Status HostCrossEntropyBackward(const CrossEntropyArgs& a);
 

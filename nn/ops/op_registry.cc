@@ -58,6 +58,8 @@ bool SupportsOp(DeviceKind kind, OpKind op) {
       return t->cross_entropy_forward != nullptr;
     case OpKind::kCrossEntropyBackward:
       return t->cross_entropy_backward != nullptr;
+    case OpKind::kCachedAttention:
+      return t->cached_attention != nullptr;
     case OpKind::kCount:
       break;
   }

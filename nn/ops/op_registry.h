@@ -35,6 +35,7 @@ struct OpTable {
                             float*, float*) = nullptr;
   Status (*cross_entropy_forward)(const Stream&, const CrossEntropyArgs&) = nullptr;
   Status (*cross_entropy_backward)(const Stream&, const CrossEntropyArgs&) = nullptr;
+  Status (*cached_attention)(const Stream&, const CachedAttentionArgs&) = nullptr;
 };
 
 // The table for `kind`, or nullptr if this build has no nn backend for it.

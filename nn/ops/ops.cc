@@ -68,6 +68,8 @@ const char* OpKindName(OpKind op) {
       return "cross_entropy_forward";
     case OpKind::kCrossEntropyBackward:
       return "cross_entropy_backward";
+    case OpKind::kCachedAttention:
+      return "cached_attention";
     case OpKind::kCount:
       break;
   }
@@ -173,6 +175,27 @@ Status AttentionBackward(const Stream& stream, const AttentionArgs& a) {
   STRATA_RETURN_IF_ERROR(NonNull(
       op, {{a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}, {a.scratch, "scratch"}}));
   return t->attention_backward(stream, a);
+}
+
+Status CachedAttention(const Stream& stream, const CachedAttentionArgs& a) {
+  constexpr OpKind op = OpKind::kCachedAttention;
+  STRATA_ASSIGN_OR_RETURN(const OpTable* t, Table(stream, op));
+  STRATA_RETURN_IF_ERROR(Positive(op, {{a.batch, "batch"},
+                                       {a.q_len, "q_len"},
+                                       {a.cache_len, "cache_len"},
+                                       {a.heads, "heads"},
+                                       {a.kv_heads, "kv_heads"},
+                                       {a.head_dim, "head_dim"}}));
+  if (a.heads % a.kv_heads != 0) {
+    return Bad(op, "heads (" + std::to_string(a.heads) + ") must be a multiple of kv_heads (" +
+                       std::to_string(a.kv_heads) + ")");
+  }
+  STRATA_RETURN_IF_ERROR(NonNull(op, {{a.q, "q"},
+                                      {a.k_cache, "k_cache"},
+                                      {a.v_cache, "v_cache"},
+                                      {a.pos, "pos"},
+                                      {a.out, "out"}}));
+  return t->cached_attention(stream, a);
 }
 
 Status SwiGluForward(const Stream& stream, const float* gate, const float* up, int64_t n,

@@ -35,6 +35,7 @@ enum class OpKind : uint8_t {
   kSwiGluBackward,
   kCrossEntropyForward,
   kCrossEntropyBackward,
+  kCachedAttention,
   kCount,
 };
 const char* OpKindName(OpKind op);
@@ -111,6 +112,23 @@ struct AttentionArgs {
 };
 Status AttentionForward(const Stream& stream, const AttentionArgs& args);
 Status AttentionBackward(const Stream& stream, const AttentionArgs& args);
+
+// Attention of new tokens against a KV cache (inference, no backward). Query token i of sequence
+// b sits at position p = pos[b * q_len + i] and attends to cache rows 0..p of its sequence (the
+// causal mask; rows above p are not read), grouped-query heads as AttentionForward.
+// q, out [batch, q_len, heads, head_dim]; k_cache, v_cache [batch, cache_len, kv_heads, head_dim]
+// with rows 0..p written before the call; pos int32 [batch * q_len] in [0, cache_len) (else the
+// stream fails, naming the position).
+struct CachedAttentionArgs {
+  int64_t batch = 0, q_len = 0, cache_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  const float* q = nullptr;
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  const int32_t* pos = nullptr;
+  float* out = nullptr;
+};
+Status CachedAttention(const Stream& stream, const CachedAttentionArgs& args);
 
 // h = silu(gate) * up, silu(g) = g / (1 + exp(-g)); gate, up, h [n].
 Status SwiGluForward(const Stream& stream, const float* gate, const float* up, int64_t n, float* h);

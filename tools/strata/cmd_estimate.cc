@@ -22,6 +22,7 @@
 #include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_footprint.h"
+#include "tools/strata/generate/estimate_inference.h"
 #include "tools/strata/subcommand.h"
 
 namespace strata::cli {
@@ -32,6 +33,7 @@ constexpr const char* kUsage =
     "                [--dtype fp32|fp16|bf16] [--config CFG] [--micro-batch N] [--seq-len N]\n"
     "                [--checkpointing] [--gpu-mem B] [--cpu-mem B] [--nvme B] [--nvme-path DIR]\n"
     "                [--emit-config] [--json]\n"
+    "strata estimate --inference ... (generation: --help with --inference)\n"
     "  Per-rank memory per tier for ZeRO stages 0-3 x offload none/cpu/nvme (or one --config),\n"
     "  fits / does not fit on the machine (default: this one), and the step's traffic.";
 
@@ -246,6 +248,10 @@ void PrintText(const Options& o, const ModelShape& shape, const Machine& m,
 }
 
 int RunEstimate(const std::vector<std::string>& args) {
+  // --inference: generation's bytes per tier (tools/strata/generate/estimate_inference.h).
+  if (std::find(args.begin(), args.end(), "--inference") != args.end()) {
+    return RunInferenceEstimate(args);
+  }
   Options o;
   FlagParser flags(kUsage);
   flags.String("preset", &o.preset, "a Llama preset: tiny, small, 1b, 7b");

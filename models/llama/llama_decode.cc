@@ -1,0 +1,298 @@
+#include "models/llama/llama_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "models/llama/llama_layers.h"
+#include "nn/ops/ops.h"
+#include "nn/tensor/device_buffer.h"
+#include "offload/device/kernels.h"
+
+namespace strata::llama {
+
+using nn::Shape;
+using nn::Tensor;
+
+struct LlamaDecoder::Buffers {
+  nn::DeviceBuffer ids, pos, x, y, last, normf, logits, k_cache, v_cache;
+  LayerActivations acts;
+};
+
+namespace {
+
+constexpr uint64_t kF = sizeof(float);
+
+struct Sizes {
+  uint64_t n, h, kv, i, v, layers, batch, len;
+  Sizes(const LlamaConfig& c, int64_t batch_, int64_t len_)
+      : n(static_cast<uint64_t>(batch_ * len_)),
+        h(static_cast<uint64_t>(c.hidden_size)),
+        kv(static_cast<uint64_t>(c.num_key_value_heads * c.head_dim())),
+        i(static_cast<uint64_t>(c.intermediate_size)),
+        v(static_cast<uint64_t>(c.vocab_size)),
+        layers(static_cast<uint64_t>(c.num_hidden_layers)),
+        batch(static_cast<uint64_t>(batch_)),
+        len(static_cast<uint64_t>(len_)) {}
+  uint64_t cache_one() const { return layers * batch * len * kv * kF; }  // K or V
+};
+
+Tensor F32(const nn::DeviceBuffer& b, int64_t rows, int64_t cols) {
+  return b.AsTensor(DType::kFloat32, Shape{rows, cols});
+}
+
+Status Alloc(Device* d, nn::DeviceBuffer* b, uint64_t bytes, const char* what) {
+  STRATA_ASSIGN_OR_RETURN(
+      *b, nn::DeviceBuffer::Allocate(d, static_cast<size_t>(bytes), std::string("decode ") + what));
+  return Status::Ok();
+}
+
+Status AddF32(const Stream& s, const Tensor& a, const Tensor& b, const Tensor& dst) {
+  return LaunchAdd(s, dst.data, DType::kFloat32, a.data, b.data, DType::kFloat32, 1.0f,
+                   static_cast<size_t>(dst.numel()));
+}
+
+}  // namespace
+
+infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& c, int64_t max_batch, int64_t max_len) {
+  const Sizes z(c, max_batch, max_len);
+  infer::KvCachePlan p;
+  p.max_batch = max_batch;
+  p.max_len = max_len;
+  p.cache_bytes = 2 * z.cache_one();
+  // ids, positions; hidden ping-pong; norm1, q, attention, h1, norm2; k, v; gate, up, act;
+  // the last rows, their norm and logits; every RmsNorm's statistics (n floats each).
+  p.workspace_bytes = 2 * z.n * 4 + 2 * z.n * z.h * kF + 5 * z.n * z.h * kF + 2 * z.n * z.kv * kF +
+                      3 * z.n * z.i * kF + 2 * z.batch * z.h * kF + z.batch * z.v * kF +
+                      (2 * z.layers + 1) * z.n * kF;
+  return p;
+}
+
+LlamaDecoder::LlamaDecoder(LlamaForCausalLM* model, const infer::KvCachePlan& plan)
+    : model_(model), plan_(plan) {}
+
+LlamaDecoder::~LlamaDecoder() { Release(); }
+
+Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* model,
+                                                           int64_t max_batch, int64_t max_len) {
+  if (model == nullptr) return InvalidArgumentError("LlamaDecoder: null model");
+  const LlamaConfig& c = model->config();
+  if (max_batch <= 0 || max_len <= 0) {
+    return InvalidArgumentError("LlamaDecoder: max_batch (" + std::to_string(max_batch) +
+                                ") and max_len (" + std::to_string(max_len) + ") must be > 0");
+  }
+  if (max_len > c.max_position_embeddings) {
+    return InvalidArgumentError("LlamaDecoder: max_len " + std::to_string(max_len) +
+                                " (prompt + new tokens) exceeds the model's "
+                                "max_position_embeddings " +
+                                std::to_string(c.max_position_embeddings));
+  }
+  std::unique_ptr<LlamaDecoder> d(new LlamaDecoder(model, PlanLlamaKvCache(c, max_batch, max_len)));
+  STRATA_RETURN_IF_ERROR(d->Allocate());
+  return d;
+}
+
+Status LlamaDecoder::Allocate() {
+  if (buf_ != nullptr) return Status::Ok();
+  const LlamaConfig& c = model_->config();
+  const Sizes z(c, plan_.max_batch, plan_.max_len);
+  Device* d = model_->device();
+  auto b = std::make_unique<Buffers>();
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->k_cache, z.cache_one(), "KV cache (keys)"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->v_cache, z.cache_one(), "KV cache (values)"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->ids, z.n * 4, "input ids"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->pos, z.n * 4, "positions"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->x, z.n * z.h * kF, "hidden"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->y, z.n * z.h * kF, "hidden"));
+  LayerActivations& a = b->acts;
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm1, z.n * z.h * kF, "norm1"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.q, z.n * z.h * kF, "q"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.k, z.n * z.kv * kF, "k"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.v, z.n * z.kv * kF, "v"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.attn, z.n * z.h * kF, "attention output"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.h1, z.n * z.h * kF, "residual"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm2, z.n * z.h * kF, "norm2"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.gate, z.n * z.i * kF, "gate"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.up, z.n * z.i * kF, "up"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.act, z.n * z.i * kF, "mlp activation"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->last, z.batch * z.h * kF, "last rows"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->normf, z.batch * z.h * kF, "final norm"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &b->logits, z.batch * z.v * kF, "logits"));
+  buf_ = std::move(b);
+  return Status::Ok();
+}
+
+uint64_t LlamaDecoder::allocated_bytes() const {
+  if (buf_ == nullptr) return 0;
+  const Buffers& b = *buf_;
+  const LayerActivations& a = b.acts;
+  uint64_t sum = 0;
+  for (const nn::DeviceBuffer* x :
+       {&b.ids, &b.pos, &b.x, &b.y, &b.last, &b.normf, &b.logits, &b.k_cache, &b.v_cache, &a.norm1,
+        &a.q, &a.k, &a.v, &a.attn, &a.h1, &a.norm2, &a.gate, &a.up, &a.act}) {
+    sum += x->size();
+  }
+  return sum;
+}
+
+void LlamaDecoder::Release() {
+  if (buf_ == nullptr) return;
+  model_->device()->Synchronize().IgnoreError();  // no queued work may still use the buffers
+  buf_.reset();
+  lengths_.clear();
+}
+
+Status LlamaDecoder::Prefill(const nn::RunContext& ctx,
+                             const std::vector<std::vector<int32_t>>& prompts,
+                             std::vector<float>* logits) {
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  if (batch <= 0 || batch > plan_.max_batch) {
+    return InvalidArgumentError("LlamaDecoder::Prefill: " + std::to_string(batch) +
+                                " prompts; the cache holds 1.." + std::to_string(plan_.max_batch));
+  }
+  int64_t seq = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const int64_t len = static_cast<int64_t>(prompts[b].size());
+    if (len <= 0 || len > plan_.max_len) {
+      return InvalidArgumentError("LlamaDecoder::Prefill: prompt " + std::to_string(b) + " has " +
+                                  std::to_string(len) + " tokens; max_len allows 1.." +
+                                  std::to_string(plan_.max_len));
+    }
+    seq = std::max(seq, len);
+  }
+  STRATA_RETURN_IF_ERROR(Allocate());
+  STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());  // the staging vectors are free
+  host_ids_.assign(static_cast<size_t>(batch * seq), 0);
+  host_pos_.resize(host_ids_.size());
+  std::vector<int64_t> last(static_cast<size_t>(batch));
+  lengths_.assign(static_cast<size_t>(batch), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto& p = prompts[static_cast<size_t>(b)];
+    std::copy(p.begin(), p.end(), host_ids_.begin() + b * seq);
+    for (int64_t t = 0; t < seq; ++t)
+      host_pos_[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
+    lengths_[static_cast<size_t>(b)] = static_cast<int64_t>(p.size());
+    last[static_cast<size_t>(b)] = b * seq + static_cast<int64_t>(p.size()) - 1;
+  }
+  return Run(ctx, batch, seq, last, logits);
+}
+
+Status LlamaDecoder::Decode(const nn::RunContext& ctx, std::span<const int32_t> tokens,
+                            std::vector<float>* logits) {
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  if (batch == 0 || buf_ == nullptr) {
+    return FailedPreconditionError("LlamaDecoder::Decode: no sequences (Prefill first)");
+  }
+  if (static_cast<int64_t>(tokens.size()) != batch) {
+    return InvalidArgumentError("LlamaDecoder::Decode: " + std::to_string(tokens.size()) +
+                                " tokens for " + std::to_string(batch) + " sequences");
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    if (lengths_[static_cast<size_t>(b)] >= plan_.max_len) {
+      return InvalidArgumentError("LlamaDecoder::Decode: sequence " + std::to_string(b) +
+                                  " is full (max_len " + std::to_string(plan_.max_len) + ")");
+    }
+  }
+  STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());
+  host_ids_.assign(tokens.begin(), tokens.end());
+  host_pos_.resize(static_cast<size_t>(batch));
+  std::vector<int64_t> last(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    host_pos_[static_cast<size_t>(b)] = static_cast<int32_t>(lengths_[static_cast<size_t>(b)]);
+    last[static_cast<size_t>(b)] = b;
+  }
+  STRATA_RETURN_IF_ERROR(Run(ctx, batch, 1, last, logits));
+  for (int64_t& len : lengths_) ++len;
+  return Status::Ok();
+}
+
+Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
+                         const std::vector<int64_t>& last, std::vector<float>* logits) {
+  const LlamaConfig& c = model_->config();
+  Buffers& B = *buf_;
+  const Stream& s = ctx.stream;
+  const int64_t n = batch * seq, h = c.hidden_size, d = c.head_dim(), i = c.intermediate_size;
+  const int64_t kvd = c.num_key_value_heads * d, len = plan_.max_len;
+  const size_t n4 = static_cast<size_t>(n) * 4;
+  STRATA_RETURN_IF_ERROR(s.CopyAsync(B.ids.data(), host_ids_.data(), n4, CopyKind::kHostToDevice));
+  STRATA_RETURN_IF_ERROR(s.CopyAsync(B.pos.data(), host_pos_.data(), n4, CopyKind::kHostToDevice));
+  const auto* pos = static_cast<const int32_t*>(B.pos.data());
+  LayerActivations& a = B.acts;
+  LlamaModel& m = model_->model();
+  const Tensor x = F32(B.x, n, h), y = F32(B.y, n, h), norm1 = F32(a.norm1, n, h);
+  const Tensor q = F32(a.q, n, h), k = F32(a.k, n, kvd), v = F32(a.v, n, kvd);
+  const Tensor attn = F32(a.attn, n, h), h1 = F32(a.h1, n, h), norm2 = F32(a.norm2, n, h);
+  (void)i;
+  auto layer_body = [&](int64_t l, const Tensor& in, const Tensor& out) -> Status {
+    LlamaDecoderLayer& layer = *m.layer[static_cast<size_t>(l)];
+    layer.mlp.set_workspace(&a, nullptr);
+    STRATA_RETURN_IF_ERROR(layer.input_layernorm.Forward(ctx, in, norm1));
+    LlamaAttention& at = layer.self_attn;
+    STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(at, ctx, [&]() -> Status {
+      STRATA_RETURN_IF_ERROR(at.q_proj.Forward(ctx, norm1, q));
+      STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k));
+      STRATA_RETURN_IF_ERROR(at.v_proj.Forward(ctx, norm1, v));
+      STRATA_RETURN_IF_ERROR(nn::Rope(s, q.f32(), n, c.num_attention_heads, d, model_->rope_cos(),
+                                      model_->rope_sin(), pos, c.max_position_embeddings, false));
+      STRATA_RETURN_IF_ERROR(nn::Rope(s, k.f32(), n, c.num_key_value_heads, d, model_->rope_cos(),
+                                      model_->rope_sin(), pos, c.max_position_embeddings, false));
+      // The new rows into the cache: sequence b's seq rows go to its positions (contiguous).
+      const int64_t layer_off = l * plan_.max_batch * len * kvd;
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t p0 = host_pos_[static_cast<size_t>(b * seq)];
+        const int64_t dst = layer_off + (b * len + p0) * kvd;
+        const size_t bytes = static_cast<size_t>(seq * kvd) * kF;
+        STRATA_RETURN_IF_ERROR(s.CopyAsync(B.k_cache.f32() + dst, k.f32() + b * seq * kvd, bytes,
+                                           CopyKind::kDeviceToDevice));
+        STRATA_RETURN_IF_ERROR(s.CopyAsync(B.v_cache.f32() + dst, v.f32() + b * seq * kvd, bytes,
+                                           CopyKind::kDeviceToDevice));
+      }
+      nn::CachedAttentionArgs ca;
+      ca.batch = batch, ca.q_len = seq, ca.cache_len = len;
+      ca.heads = c.num_attention_heads, ca.kv_heads = c.num_key_value_heads, ca.head_dim = d;
+      ca.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+      ca.q = q.f32();
+      // Sequence b's cache starts at row b * len of this layer's [max_batch, len] block.
+      ca.k_cache = B.k_cache.f32() + layer_off;
+      ca.v_cache = B.v_cache.f32() + layer_off;
+      ca.pos = pos;
+      ca.out = attn.f32();
+      STRATA_RETURN_IF_ERROR(nn::CachedAttention(s, ca));
+      return at.o_proj.Forward(ctx, attn, h1);
+    }));
+    STRATA_RETURN_IF_ERROR(AddF32(s, h1, in, h1));  // h1 = in + attn
+    STRATA_RETURN_IF_ERROR(layer.post_attention_layernorm.Forward(ctx, h1, norm2));
+    STRATA_RETURN_IF_ERROR(layer.mlp.Forward(ctx, norm2, out));
+    return AddF32(s, out, h1, out);  // out = h1 + mlp
+  };
+  const int64_t rows = batch;
+  const Tensor last_rows = F32(B.last, rows, h), normf = F32(B.normf, rows, h);
+  const Tensor out_logits = F32(B.logits, rows, c.vocab_size);
+  STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*model_, ctx, [&]() -> Status {
+    STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(m, ctx, [&]() -> Status {
+      STRATA_RETURN_IF_ERROR(
+          m.embed_tokens.Forward(ctx, static_cast<const int32_t*>(B.ids.data()), n, x, host_ids_));
+      Tensor cur = x, next = y;
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        LlamaDecoderLayer& layer = *m.layer[static_cast<size_t>(l)];
+        STRATA_RETURN_IF_ERROR(
+            nn::WithForwardHooks(layer, ctx, [&]() -> Status { return layer_body(l, cur, next); }));
+        std::swap(cur, next);
+      }
+      for (int64_t b = 0; b < rows; ++b) {
+        STRATA_RETURN_IF_ERROR(s.CopyAsync(last_rows.f32() + b * h,
+                                           cur.f32() + last[static_cast<size_t>(b)] * h,
+                                           static_cast<size_t>(h) * kF, CopyKind::kDeviceToDevice));
+      }
+      return m.norm.Forward(ctx, last_rows, normf);
+    }));
+    return model_->lm_head().Forward(ctx, normf, out_logits);
+  }));
+  if (on_pass_end_) STRATA_RETURN_IF_ERROR(on_pass_end_());
+  logits->resize(static_cast<size_t>(rows * c.vocab_size));
+  STRATA_RETURN_IF_ERROR(
+      s.CopyAsync(logits->data(), out_logits.data, logits->size() * kF, CopyKind::kDeviceToHost));
+  return s.Synchronize();
+}
+
+}  // namespace strata::llama

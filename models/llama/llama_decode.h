@@ -1,0 +1,63 @@
+// LlamaDecoder: the inference forward of a LlamaForCausalLM with a KV cache on the device tier
+// (infer::CachedLm). It runs the model's own modules (embedding, norms, projections, MLP) through
+// their Forward, so the hooks a ZeRO-3 engine installs gather each module's parameters from its
+// tier as in training; only attention differs: the new tokens' keys and values go into the cache
+// and the queries attend to it (nn::CachedAttention). The training forward is untouched.
+//
+// The cache is fixed per sequence: [layers][K, V][max_batch, max_len, kv_heads, head_dim] fp32,
+// planned by PlanLlamaKvCache before anything is allocated. Prompts of different lengths are
+// right-padded to the longest; a padded row's key/value lands in a cache slot beyond its
+// sequence's length, which no query reads (queries at position p read rows 0..p) and the
+// sequence's next token overwrites.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "models/infer/cached_lm.h"
+#include "models/llama/llama_model.h"
+
+namespace strata::llama {
+
+// The device bytes a decoder for `max_batch` sequences of up to `max_len` positions takes.
+infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& config, int64_t max_batch, int64_t max_len);
+
+class LlamaDecoder final : public infer::CachedLm {
+ public:
+  // `model` must outlive the decoder, its parameters placed (by the model or an engine).
+  // InvalidArgument naming max_len when it exceeds max_position_embeddings, or a non-positive
+  // size; OutOfMemory (device) naming the buffer when the plan does not fit.
+  static Result<std::unique_ptr<LlamaDecoder>> Create(LlamaForCausalLM* model, int64_t max_batch,
+                                                      int64_t max_len);
+  ~LlamaDecoder() override;
+
+  int64_t vocab_size() const override { return model_->config().vocab_size; }
+  const infer::KvCachePlan& plan() const override { return plan_; }
+  uint64_t allocated_bytes() const override;
+  Status Prefill(const nn::RunContext& ctx, const std::vector<std::vector<int32_t>>& prompts,
+                 std::vector<float>* logits) override;
+  Status Decode(const nn::RunContext& ctx, std::span<const int32_t> tokens,
+                std::vector<float>* logits) override;
+  const std::vector<int64_t>& lengths() const override { return lengths_; }
+  void Release() override;
+
+ private:
+  struct Buffers;
+  LlamaDecoder(LlamaForCausalLM* model, const infer::KvCachePlan& plan);
+  Status Allocate();
+  // Runs `batch` x `seq` tokens (ids and positions staged in host_ids_/host_pos_) through the
+  // model; `last[b]` is the row of sequence b whose logits are wanted.
+  Status Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
+             const std::vector<int64_t>& last, std::vector<float>* logits);
+
+  LlamaForCausalLM* model_;
+  infer::KvCachePlan plan_;
+  std::unique_ptr<Buffers> buf_;
+  std::vector<int64_t> lengths_;
+  std::vector<int32_t> host_ids_, host_pos_;
+};
+
+}  // namespace strata::llama
