@@ -2,13 +2,22 @@
 // model in PyTorch eager (torch_llama.py: same shapes, batch, sequence length and threads),
 // interleaved round by round in one run, plus the share of the Strata step spent in GEMMs.
 //
-//   train_step [--models small,1b] [--layers-1b 2] [--batch N] [--seq 256] [--steps 2]
-//              [--rounds 2] [--threads 2] [--json]
+//   train_step [--models small,1b,llama3,qwen3] [--layers-1b 2] [--layers 1] [--batch N]
+//              [--seq 256] [--steps 2] [--rounds 2] [--threads 2] [--lm-head-chunk auto|N]
+//              [--json]
 //
 // `small` is the preset of that name (batch 4 by default); `1b` is TinyLlama-1.1B's shape with
-// --layers-1b decoder layers (batch 1 by default, so a step takes seconds, not minutes). Both
-// fp32. Strata runs on HostDevice with oneTBB (GEMM panels included) capped to --threads
-// threads; PyTorch with torch.set_num_threads(--threads). Medians over rounds.
+// --layers-1b decoder layers (batch 1 by default, so a step takes seconds, not minutes).
+// `llama3` is Llama 3.2 1B's real layer shape and vocabulary (hidden 2048, intermediate 8192,
+// 32 heads, 8 kv heads, vocab 128256, tied) and `qwen3` Qwen3-0.6B's (hidden 1024,
+// intermediate 3072, 16 heads, 8 kv heads, vocab 151936, tied) with --layers decoder layers
+// (batch 2 by default) — but Qwen3's attention at head_dim 64 (hidden / heads) and without its
+// q/k RMSNorm, which this branch's model lacks (the real head_dim is 128). All fp32. The LM head
+// + loss of Strata runs in chunks (--lm-head-chunk, strata.lm_head_chunk's rule by default);
+// for each model the head's device bytes (one chunk of logits + lse) are printed against the
+// whole logits PyTorch makes (tokens x vocab floats) and both steps' measured peaks. Strata runs on
+// HostDevice with oneTBB (GEMM panels included) capped to --threads threads; PyTorch with
+// torch.set_num_threads(--threads). Medians over rounds.
 //   --json prints {"models": [...], "strata_over_torch": min over models, "gemm_fraction": min}.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +36,7 @@
 
 #include "core/flags.h"
 #include "models/llama/llama_model.h"
+#include "nn/modules/lm_head_loss.h"
 #include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"
 
@@ -81,6 +91,11 @@ class TorchProcess {
     std::fclose(out_);
     waitpid(pid_, nullptr, 0);
   }
+  double Mem() {
+    std::fputs("mem\n", in_);
+    std::fflush(in_);
+    return std::atof(ReadLine().c_str());
+  }
   double Run(int64_t steps) {
     std::fprintf(in_, "run %lld\n", static_cast<long long>(steps));
     std::fflush(in_);
@@ -109,10 +124,16 @@ struct ModelResult {
   std::string name;
   int64_t params = 0, batch = 0, seq = 0;
   double strata_tokens_per_s = 0, torch_tokens_per_s = 0, gemm_fraction = 0, gemm_gflops = 0;
+  int64_t head_rows = 0;
+  // Strata: the head's logits chunk + lse; the step's device peak over params + grads. PyTorch:
+  // its whole logits (tokens x vocab fp32) and its step's peak RSS growth.
+  uint64_t strata_head_bytes = 0, strata_step_peak_bytes = 0;
+  uint64_t torch_logits_bytes = 0, torch_step_peak_bytes = 0;
 };
 
 ModelResult RunModel(const std::string& name, llama::LlamaConfig c, int64_t batch, int64_t seq,
-                     int64_t steps, int64_t rounds, int threads, const std::string& script) {
+                     int64_t steps, int64_t rounds, int threads, const std::string& script,
+                     int64_t head_chunk) {
   ModelResult r{name, c.NumParameters(), batch, seq};
   HostDeviceOptions ho;
   ho.memory_bytes = size_t{12} << 30;
@@ -121,7 +142,13 @@ ModelResult RunModel(const std::string& name, llama::LlamaConfig c, int64_t batc
   Stream stream = Check(device->CreateStream(), "stream");
   llama::LlamaModelOptions mo;
   mo.seed = 1;
+  mo.lm_head_chunk_tokens = head_chunk;
   auto model = Check(llama::LlamaForCausalLM::Create(c, device.get(), mo), "model");
+  const uint64_t held_bytes = device->MemoryStats().in_use_bytes;  // parameters + gradients
+  const int64_t n = batch * seq;
+  r.head_rows = nn::LmHeadLoss::RowsPerChunk(n, c.hidden_size, c.vocab_size, head_chunk);
+  r.strata_head_bytes = nn::LmHeadLoss::ScratchBytes(n, c.hidden_size, c.vocab_size, head_chunk);
+  r.torch_logits_bytes = static_cast<uint64_t>(n * c.vocab_size) * sizeof(float);
   std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
   uint64_t x = 12345;
   for (int32_t& id : ids) {
@@ -147,11 +174,14 @@ ModelResult RunModel(const std::string& name, llama::LlamaConfig c, int64_t batc
       {"num_attention_heads", c.num_attention_heads},
       {"num_key_value_heads", c.num_key_value_heads},
       {"rms_norm_eps", c.rms_norm_eps},
-      {"rope_theta",
-       c.rope_theta}}.dump();
+      {"rope_theta", c.rope_theta},
+      {"tie_word_embeddings",
+       c.tie_word_embeddings}}.dump();
   TorchProcess torch(script, cfg, batch, seq, threads);
   strata_step(1);  // warm-up: buffers, page faults, BLAS pool
   torch.Run(1);
+  r.strata_step_peak_bytes = device->MemoryStats().peak_bytes - held_bytes;
+  r.torch_step_peak_bytes = static_cast<uint64_t>(torch.Mem());
   std::vector<double> s_tps, t_tps, frac, gflops;
   const double tokens = static_cast<double>(batch * seq * steps);
   for (int64_t round = 0; round < rounds; ++round) {
@@ -183,12 +213,15 @@ ModelResult RunModel(const std::string& name, llama::LlamaConfig c, int64_t batc
 int main(int argc, char** argv) {
   using namespace strata;  // NOLINT
   std::string models = "small,1b";
-  int64_t layers_1b = 2, batch = 0, seq = 256, steps = 2, rounds = 2, threads = 2;
+  int64_t layers_1b = 2, layers = 1, batch = 0, seq = 256, steps = 2, rounds = 2, threads = 2;
+  std::string head_chunk = "auto";
   bool json = false;
   std::string script = STRATA_TRAIN_STEP_SCRIPT;
   FlagParser flags("train_step [options]");
-  flags.String("models", &models, "comma-separated: small, 1b");
+  flags.String("models", &models, "comma-separated: small, 1b, llama3, qwen3");
   flags.Int("layers-1b", &layers_1b, "decoder layers of the 1b-shaped model", 1, 22);
+  flags.Int("layers", &layers, "decoder layers of the llama3- and qwen3-shaped models", 1, 36);
+  flags.String("lm-head-chunk", &head_chunk, "tokens per LM head chunk: auto, 0 (whole) or N");
   flags.Int("batch", &batch, "sequences per step (0: 4 for small, 1 for 1b)", 0, 1024);
   flags.Int("seq", &seq, "tokens per sequence", 2, 2048);
   flags.Int("steps", &steps, "forward+backward steps per measurement", 1, 1000);
@@ -205,20 +238,43 @@ int main(int argc, char** argv) {
   }
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(threads));
+  const int64_t chunk =
+      head_chunk == "auto" ? nn::LmHeadLoss::kAutoChunk : std::atoll(head_chunk.c_str());
+  if (chunk < 0 && head_chunk != "auto") Die("--lm-head-chunk: auto, 0 or a token count");
 
   std::vector<ModelResult> results;
   std::stringstream list(models);
   for (std::string m; std::getline(list, m, ',');) {
-    llama::LlamaConfig c = Check(llama::LlamaPreset(m), "preset");
+    llama::LlamaConfig c;
     int64_t b = batch;
-    if (m == "1b") {
-      c.num_hidden_layers = layers_1b;
-      if (b == 0) b = 1;
+    std::string name = m;
+    if (m == "llama3" || m == "qwen3") {
+      const bool q = m == "qwen3";
+      c.vocab_size = q ? 151936 : 128256;
+      c.hidden_size = q ? 1024 : 2048;
+      c.intermediate_size = q ? 3072 : 8192;
+      c.num_attention_heads = q ? 16 : 32;
+      c.num_key_value_heads = 8;
+      c.rms_norm_eps = q ? 1e-6 : 1e-5;
+      c.rope_theta = q ? 1e6 : 5e5;
+      c.max_position_embeddings = std::max<int64_t>(seq, 2048);
+      c.num_hidden_layers = layers;
+      c.tie_word_embeddings = true;
+      name = (q ? "qwen3-0.6b-shape x" : "llama3.2-1b-shape x") + std::to_string(layers) +
+             (q ? " (hd 64, no qk-norm)" : "");
+      if (b == 0) b = 2;
+    } else {
+      c = Check(llama::LlamaPreset(m), "preset");
+      if (m == "1b") {
+        c.num_hidden_layers = layers_1b;
+        if (b == 0) b = 1;
+        name = "1b-shape x" + std::to_string(layers_1b) + " layers";
+      }
+      c.tie_word_embeddings = false;
     }
     if (b == 0) b = 4;
-    c.tie_word_embeddings = false;
-    const std::string name = m == "1b" ? "1b-shape x" + std::to_string(layers_1b) + " layers" : m;
-    results.push_back(RunModel(name, c, b, seq, steps, rounds, static_cast<int>(threads), script));
+    results.push_back(
+        RunModel(name, c, b, seq, steps, rounds, static_cast<int>(threads), script, chunk));
   }
   double ratio = 1e300, frac = 1e300;
   nlohmann::json out = {{"threads", threads}, {"seq", seq}, {"steps", steps}, {"rounds", rounds}};
@@ -233,7 +289,12 @@ int main(int argc, char** argv) {
                              {"torch_tokens_per_s", r.torch_tokens_per_s},
                              {"strata_over_torch", q},
                              {"gemm_fraction", r.gemm_fraction},
-                             {"gemm_gflops", r.gemm_gflops}});
+                             {"gemm_gflops", r.gemm_gflops},
+                             {"lm_head_rows_per_chunk", r.head_rows},
+                             {"strata_head_bytes", r.strata_head_bytes},
+                             {"torch_whole_logits_bytes", r.torch_logits_bytes},
+                             {"strata_step_peak_bytes", r.strata_step_peak_bytes},
+                             {"torch_step_peak_rss_bytes", r.torch_step_peak_bytes}});
     if (!json) {
       std::printf(
           "%-22s %6.1fM params, batch %lld x %lld: strata %8.1f tok/s, torch %8.1f tok/s, "
@@ -241,6 +302,14 @@ int main(int argc, char** argv) {
           r.name.c_str(), static_cast<double>(r.params) / 1e6, static_cast<long long>(r.batch),
           static_cast<long long>(seq), r.strata_tokens_per_s, r.torch_tokens_per_s, q,
           100 * r.gemm_fraction, r.gemm_gflops);
+      std::printf(
+          "%-22s LM head: strata %.1f MiB (chunks of %lld tokens) vs torch whole logits %.1f MiB; "
+          "step peak: strata device %.1f MiB, torch RSS growth %.1f MiB\n",
+          "", static_cast<double>(r.strata_head_bytes) / 1048576.0,
+          static_cast<long long>(r.head_rows),
+          static_cast<double>(r.torch_logits_bytes) / 1048576.0,
+          static_cast<double>(r.strata_step_peak_bytes) / 1048576.0,
+          static_cast<double>(r.torch_step_peak_bytes) / 1048576.0);
     }
   }
   out["strata_over_torch"] = ratio;

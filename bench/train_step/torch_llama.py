@@ -4,10 +4,13 @@ here with plain torch ops, fp32) run forward + backward on random tokens.
 
 Usage: torch_llama.py '<config json>' BATCH SEQ THREADS
 Then reads lines from stdin: "run N" runs N steps (forward, loss, backward) and prints the
-elapsed seconds; "quit" exits. Prints "ready" once the model is built.
+elapsed seconds; "mem" prints the process's peak RSS growth over the moment before the first
+step, in bytes (the step's peak: activations, the whole logits and what cross-entropy makes of
+them, gradients); "quit" exits. Prints "ready" once the model is built.
 """
 import json
 import math
+import resource
 import sys
 import time
 
@@ -77,6 +80,8 @@ class Llama(torch.nn.Module):
         for m in self.modules():
             if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
                 m.weight.data.normal_(0.0, 0.02)
+        if c.get("tie_word_embeddings", False):
+            self.lm_head.weight = self.embed_tokens.weight
 
     def forward(self, ids, labels):
         b, t = ids.shape
@@ -101,11 +106,16 @@ def main():
     torch.manual_seed(0)
     model = Llama(c)
     ids = torch.randint(0, c["vocab_size"], (batch, seq))
+    base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print("ready", flush=True)
     for line in sys.stdin:
         words = line.split()
         if not words or words[0] == "quit":
             break
+        if words[0] == "mem":
+            peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            print(f"{(peak_kib - base_kib) * 1024}", flush=True)
+            continue
         steps = int(words[1])
         start = time.perf_counter()
         for _ in range(steps):

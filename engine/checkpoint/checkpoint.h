@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -158,8 +159,10 @@ class CheckpointReader {
 // ---- Consolidation (DeepSpeed's zero_to_fp32) ----
 
 struct CheckpointExportOptions {
-  std::string tag;                           // empty: the one `latest` names
-  DType dtype = DType::kFloat32;             // of the written tensors: fp32, bf16 or fp16
+  std::string tag;  // empty: the one `latest` names
+  // Of the written tensors: fp32, bf16 or fp16; empty: the source config.json's torch_dtype
+  // (bf16 in, bf16 out), fp32 when it names none.
+  std::optional<DType> dtype;
   uint64_t max_shard_bytes = 5'000'000'000;  // transformers' default "5GB"
 };
 
@@ -167,10 +170,22 @@ struct CheckpointExportOptions {
 // `out_dir`: model.safetensors (or shards + model.safetensors.index.json above
 // max_shard_bytes), tensors named and shaped as the manifest's parameters, converted to
 // options.dtype (round to nearest even); plus config.json copied from <tag dir>/config.json or
-// <ckpt_dir>/config.json (what `strata train --save` writes) with torch_dtype set to the
-// export's dtype. Reads one parameter at a time; every shard is verified first (DataLoss naming
-// the file). NotFound naming both places if there is no config.json.
+// <ckpt_dir>/config.json (what `strata train --save` writes: the source model's own) with every
+// field kept and torch_dtype set to the export's dtype, and the source's companion files
+// (kModelCompanionFiles) found beside that config.json copied byte for byte. Reads one parameter
+// at a time; every shard is verified first (DataLoss naming the file). NotFound naming both
+// places if there is no config.json; InvalidArgument if its torch_dtype is not one Strata writes
+// and options.dtype is empty. `written` (optional) receives the dtype written.
 Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
-                        const CheckpointExportOptions& options);
+                        const CheckpointExportOptions& options, DType* written = nullptr);
+
+// The files of a Hugging Face model directory besides config.json and the weights that a run
+// keeps with its checkpoints and exports: generation_config.json and the tokenizer's files.
+inline constexpr const char* kModelCompanionFiles[] = {
+    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "tokenizer.model"};
+// Copies each of kModelCompanionFiles that `from_dir` has into `to_dir`, byte for byte (written
+// durably); the number copied. IoError naming the file.
+Result<int> CopyModelCompanionFiles(const std::string& from_dir, const std::string& to_dir);
 
 }  // namespace strata

@@ -19,8 +19,9 @@ std::string_view TorchDTypeName(DType d) {
   return d == DType::kBFloat16 ? "bfloat16" : d == DType::kFloat16 ? "float16" : "float32";
 }
 
-// The model's config.json next to the checkpoint, as a JSON object.
-Result<nlohmann::json> ReadModelConfig(const std::string& ckpt_dir, const std::string& tag_dir) {
+// The model's config.json next to the checkpoint, as a JSON object; `dir` receives its folder.
+Result<nlohmann::json> ReadModelConfig(const std::string& ckpt_dir, const std::string& tag_dir,
+                                       std::string* dir) {
   for (const fs::path& p :
        {fs::path(tag_dir) / "config.json", fs::path(ckpt_dir) / "config.json"}) {
     std::ifstream in(p);
@@ -29,25 +30,66 @@ Result<nlohmann::json> ReadModelConfig(const std::string& ckpt_dir, const std::s
     if (j.is_discarded() || !j.is_object()) {
       return InvalidArgumentError("export: " + p.string() + " is not a JSON object");
     }
+    *dir = p.parent_path().string();
     return j;
   }
   return NotFoundError("export: no model config.json in " + tag_dir + " or " + ckpt_dir +
                        " (strata train --save writes it; copy the model's config.json there)");
 }
 
+// The source's torch_dtype ("bfloat16" in, bf16 out; transformers >= 4.56 writes "dtype");
+// fp32 when the config names none.
+Result<DType> SourceDType(const nlohmann::json& config, const std::string& config_dir) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) continue;
+    if (*it == "float32") return DType::kFloat32;
+    if (*it == "bfloat16") return DType::kBFloat16;
+    if (*it == "float16") return DType::kFloat16;
+    return InvalidArgumentError("export: " + config_dir + "/config.json: " + key + " = " +
+                                it->dump() +
+                                " is not one Strata writes (float32, bfloat16, float16); choose "
+                                "one with --dtype fp32|bf16|fp16");
+  }
+  return DType::kFloat32;
+}
+
 }  // namespace
 
+Result<int> CopyModelCompanionFiles(const std::string& from_dir, const std::string& to_dir) {
+  int copied = 0;
+  for (const char* name : kModelCompanionFiles) {
+    const fs::path from = fs::path(from_dir) / name;
+    if (!fs::is_regular_file(from)) continue;
+    std::ifstream in(from, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    if (!in && !in.eof()) return IoError("copy " + from.string() + ": read failed");
+    STRATA_RETURN_IF_ERROR(WriteFileDurably((fs::path(to_dir) / name).string(), bytes.str()));
+    ++copied;
+  }
+  return copied;
+}
+
 Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
-                        const CheckpointExportOptions& options) {
+                        const CheckpointExportOptions& options, DType* written) {
   STRATA_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(ckpt_dir, options.tag));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json model_config, ReadModelConfig(ckpt_dir, reader.tag_dir()));
+  std::string config_dir;
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json model_config,
+                          ReadModelConfig(ckpt_dir, reader.tag_dir(), &config_dir));
+  DType dtype = DType::kFloat32;
+  if (options.dtype.has_value()) {
+    dtype = *options.dtype;
+  } else {
+    STRATA_ASSIGN_OR_RETURN(dtype, SourceDType(model_config, config_dir));
+  }
+  if (written != nullptr) *written = dtype;
   STRATA_RETURN_IF_ERROR(reader.VerifyAll());
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return IoError("export: create " + out_dir + ": " + ec.message());
 
   const CheckpointManifest& m = reader.manifest();
-  const DType dtype = options.dtype;
   std::vector<nn::SafetensorsSource> sources;
   for (size_t i = 0; i < m.params.size(); ++i) {
     const CheckpointParam& p = m.params[i];
@@ -73,9 +115,12 @@ Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
   }
   STRATA_RETURN_IF_ERROR(nn::WriteSafetensorsCheckpoint(out_dir, sources, options.max_shard_bytes)
                              .WithContext("export of " + reader.tag_dir()));
+  // Every field of the source kept; only the dtype says what is written now.
   model_config["torch_dtype"] = TorchDTypeName(dtype);
+  if (model_config.contains("dtype")) model_config["dtype"] = TorchDTypeName(dtype);
   const std::string config_path = (fs::path(out_dir) / "config.json").string();
   STRATA_RETURN_IF_ERROR(WriteFileDurably(config_path, model_config.dump(2) + "\n"));
+  STRATA_RETURN_IF_ERROR(CopyModelCompanionFiles(config_dir, out_dir).status());
   return SyncDirectory(out_dir);
 }
 

@@ -167,19 +167,22 @@ Json ConfigToJson(const Config& c) {
                   {"overlap_events", c.aio.overlap_events},
                   {"use_gds", false}};
   const StrataConfig& s = c.strata;
-  j["strata"] = Json{{"aio_engine", IoEngineKindName(c.aio.engine)},
-                     {"aio_allow_buffered", c.aio.allow_buffered},
-                     {"aio_sqpoll", c.aio.sqpoll},
-                     {"swap_checksums", s.swap_checksums},
-                     {"unknown_keys", s.unknown_keys_error ? "error" : "warn"},
-                     {"comm_backend", CommBackendName(s.comm_backend)},
-                     {"comm_timeout_s", s.comm_timeout_s},
-                     {"device", DeviceChoiceName(s.device)},
-                     {"device_memory", s.device_memory_bytes},
-                     {"link_gbps", s.link_gbps},
-                     {"trace_path", s.trace_path},
-                     {"overlap_step", s.overlap_step},
-                     {"pinned_memory_limit", s.pinned_memory_limit_bytes}};
+  j["strata"] = Json{
+      {"aio_engine", IoEngineKindName(c.aio.engine)},
+      {"aio_allow_buffered", c.aio.allow_buffered},
+      {"aio_sqpoll", c.aio.sqpoll},
+      {"swap_checksums", s.swap_checksums},
+      {"unknown_keys", s.unknown_keys_error ? "error" : "warn"},
+      {"comm_backend", CommBackendName(s.comm_backend)},
+      {"comm_timeout_s", s.comm_timeout_s},
+      {"device", DeviceChoiceName(s.device)},
+      {"device_memory", s.device_memory_bytes},
+      {"link_gbps", s.link_gbps},
+      {"trace_path", s.trace_path},
+      {"overlap_step", s.overlap_step},
+      {"pinned_memory_limit", s.pinned_memory_limit_bytes},
+      {"lm_head_chunk",
+       s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)}};
   return j;
 }
 

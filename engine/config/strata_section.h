@@ -39,6 +39,11 @@ struct StrataConfig {
   bool overlap_step = true;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;
+  // Tokens per chunk of the LM head + loss (nn/modules/lm_head_loss.h): 0 = all tokens at once,
+  // kLmHeadChunkAuto = "auto" (whole while the logits are at most 64 MiB, else chunks whose
+  // logits are about the size of the hidden states, at least 256 tokens).
+  static constexpr int64_t kLmHeadChunkAuto = -1;
+  int64_t lm_head_chunk = kLmHeadChunkAuto;
 };
 
 namespace internal {

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "nn/modules/lm_head_loss.h"
+
 namespace strata::llama {
 namespace {
 
@@ -17,7 +19,7 @@ uint64_t Pinned(uint64_t bytes) {
 // One micro-batch's buffers (llama_model.cc EnsureBuffers, llama_layers.cc AllocateActivations /
 // AllocateGrads, one RmsNorm rstd per norm), in bytes as allocated.
 ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, bool checkpointing,
-                                 bool cpu_checkpointing) {
+                                 bool cpu_checkpointing, int64_t head_chunk) {
   const uint64_t n = b * s, h = static_cast<uint64_t>(c.hidden_size), f = 4;
   const uint64_t kv = static_cast<uint64_t>(c.num_key_value_heads * c.head_dim());
   const uint64_t in = static_cast<uint64_t>(c.intermediate_size);
@@ -34,10 +36,13 @@ ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, b
   a.device_bytes += (cpu_ckpt ? 2 : layers + 1) * Dev(n * h * f);  // hidden states
   a.device_bytes += (checkpointing ? 1 : layers) * layer_acts;
   a.device_bytes += grads;
+  // The head's logits are one chunk's (nn/modules/lm_head_loss.h), lse one float a token.
+  const uint64_t head_rows = static_cast<uint64_t>(nn::LmHeadLoss::RowsPerChunk(
+      static_cast<int64_t>(n), c.hidden_size, c.vocab_size, head_chunk));
   a.device_bytes +=
-      Dev(n * h * f) + Dev(n * v * f) + Dev(n * f) + Dev(f);  // norm, logits, lse, loss
-  a.device_bytes += 3 * Dev(n * h * f);                       // d_final_norm, d_hidden x 2
-  a.device_bytes += (2 * layers + 1) * Dev(n * f);            // RmsNorm rstd
+      Dev(n * h * f) + Dev(head_rows * v * f) + Dev(n * f) + Dev(f);  // norm, logits, lse, loss
+  a.device_bytes += 3 * Dev(n * h * f);                               // d_final_norm, d_hidden x 2
+  a.device_bytes += (2 * layers + 1) * Dev(n * f);                    // RmsNorm rstd
   if (cpu_ckpt && layers > 0) a.pinned_bytes = Pinned(n * h * f) * layers;
   a.host_bytes = 5 * n * 4;  // the model's ids / positions / labels, the loop's ids / labels
   return a;
@@ -46,7 +51,7 @@ ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, b
 }  // namespace
 
 ModelShape LlamaFootprint(const LlamaConfig& c, int64_t micro_batch, int64_t seq_len,
-                          bool cpu_checkpointing, std::string name) {
+                          bool cpu_checkpointing, std::string name, int64_t lm_head_chunk_tokens) {
   ModelShape m;
   m.name = std::move(name);
   const uint64_t h = static_cast<uint64_t>(c.hidden_size);
@@ -67,9 +72,15 @@ ModelShape LlamaFootprint(const LlamaConfig& c, int64_t micro_batch, int64_t seq
       2 * Dev(static_cast<uint64_t>(c.max_position_embeddings * (c.head_dim() / 2)) * 4);
   const uint64_t b = static_cast<uint64_t>(std::max<int64_t>(micro_batch, 1));
   const uint64_t s = static_cast<uint64_t>(std::max<int64_t>(seq_len, 1));
-  m.activations = LlamaActivations(c, b, s, false, false);
-  m.activations_checkpointed = LlamaActivations(c, b, s, true, cpu_checkpointing);
+  m.activations = LlamaActivations(c, b, s, false, false, lm_head_chunk_tokens);
+  m.activations_checkpointed =
+      LlamaActivations(c, b, s, true, cpu_checkpointing, lm_head_chunk_tokens);
   m.activation_note = "micro batch " + std::to_string(b) + " x seq " + std::to_string(s);
+  const int64_t rows = nn::LmHeadLoss::RowsPerChunk(static_cast<int64_t>(b * s), c.hidden_size,
+                                                    c.vocab_size, lm_head_chunk_tokens);
+  if (rows < static_cast<int64_t>(b * s)) {
+    m.activation_note += ", LM head in chunks of " + std::to_string(rows) + " tokens";
+  }
   return m;
 }
 

@@ -14,8 +14,10 @@ namespace strata::llama {
 
 // The footprint for `micro_batch` sequences of `seq_len` tokens (LlamaForCausalLM::EnsureBuffers,
 // allocated as the device arena rounds them). cpu_checkpointing moves the checkpointed layer
-// inputs to pinned CPU memory.
+// inputs to pinned CPU memory. lm_head_chunk_tokens as LlamaModelOptions takes it (0: whole
+// logits; nn::LmHeadLoss::kAutoChunk): the head's logits buffer is one chunk's.
 ModelShape LlamaFootprint(const LlamaConfig& config, int64_t micro_batch, int64_t seq_len,
-                          bool cpu_checkpointing = false, std::string name = "llama");
+                          bool cpu_checkpointing = false, std::string name = "llama",
+                          int64_t lm_head_chunk_tokens = 0);
 
 }  // namespace strata::llama

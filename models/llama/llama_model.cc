@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/llama/llama_layers.h"
+#include "nn/modules/lm_head_loss.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"
 #include "nn/tensor/parameter_storage.h"
@@ -23,6 +24,7 @@ using nn::Tensor;
 struct LlamaForCausalLM::Impl {
   LlamaBatchInfo info;
   std::unique_ptr<nn::Linear> lm_head;
+  std::unique_ptr<nn::LmHeadLoss> head_loss;  // the head + loss, in chunks of tokens
   std::unique_ptr<nn::ParameterStorage> storage;
   nn::DeviceBuffer rope_cos, rope_sin;
   // Batch-shaped buffers, sized for (cap_tokens, cap_seq) and reused.
@@ -32,7 +34,7 @@ struct LlamaForCausalLM::Impl {
   std::vector<nn::DeviceBuffer> hidden;  // L + 1, or 2 (ping-pong) with cpu checkpointing
   std::vector<LayerActivations> acts;    // L, or 1 shared under activation checkpointing
   LayerGrads grads;
-  nn::DeviceBuffer normf, logits, lse, loss, d_normf, d_hidden[2];
+  nn::DeviceBuffer normf, loss, d_normf, d_hidden[2];
   std::unique_ptr<nn::PinnedStash> stash;
   int64_t num_valid = 0;
   bool has_labels = false;
@@ -76,6 +78,11 @@ Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
   if (c.max_position_embeddings <= 0) return bad("max_position_embeddings", "must be > 0");
   if (!(c.rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
   if (!(c.rope_theta > 0)) return bad("rope_theta", "must be > 0");
+  if (o.lm_head_chunk_tokens < 0 && o.lm_head_chunk_tokens != nn::LmHeadLoss::kAutoChunk) {
+    return InvalidArgumentError("LlamaForCausalLM: lm_head_chunk_tokens " +
+                                std::to_string(o.lm_head_chunk_tokens) +
+                                " must be >= 0 (0: all tokens at once) or kAutoChunk");
+  }
   if (o.cpu_checkpointing && !o.activation_checkpointing) {
     return InvalidArgumentError(
         "LlamaForCausalLM: cpu_checkpointing needs activation_checkpointing (it moves the "
@@ -144,6 +151,8 @@ Status LlamaForCausalLM::Init() {
   }
   RegisterModule(impl_->lm_head.get());
   AssignNames();
+  impl_->head_loss = std::make_unique<nn::LmHeadLoss>(device_, impl_->lm_head.get(),
+                                                      options_.lm_head_chunk_tokens);
 
   STRATA_ASSIGN_OR_RETURN(Stream stream, device_->CreateStream());
   Status s = [&]() -> Status {
@@ -232,7 +241,7 @@ Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch,
   if (batch <= m.cap_batch && seq == m.cap_seq) return Status::Ok();
   Device* d = device_;
   const size_t n = static_cast<size_t>(batch * seq), h = static_cast<size_t>(config_.hidden_size);
-  const size_t v = static_cast<size_t>(config_.vocab_size), f = sizeof(float);
+  const size_t f = sizeof(float);
   const int64_t layers = config_.num_hidden_layers;
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.ids, n * 4, "input ids"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.labels, n * 4, "labels"));
@@ -244,8 +253,6 @@ Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch,
   for (auto& a : m.acts) STRATA_RETURN_IF_ERROR(AllocateActivations(d, config_, m.info, &a));
   STRATA_RETURN_IF_ERROR(AllocateGrads(d, config_, m.info, &m.grads));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.normf, n * h * f, "final norm"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.logits, n * v * f, "logits"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.lse, n * f, "logsumexp"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.loss, f, "loss"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &m.d_normf, n * h * f, "d_final_norm"));
   for (auto& b : m.d_hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "d_hidden"));
@@ -293,15 +300,23 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
   m.has_labels = !batch.labels.empty();
   m.num_valid = 0;
   if (m.has_labels) {
-    m.host_labels.assign(batch.labels.begin(), batch.labels.end());
-    // An example's first token is not predicted from the example packed before it.
-    for (int64_t i = 0; packed && i < n; ++i) {
-      if (i % t != 0 && m.host_row_start[static_cast<size_t>(i)] == i % t) {
-        m.host_labels[static_cast<size_t>(i)] = nn::kIgnoreIndex;
-      }
-    }
+    // Shifted on the host: token i is scored against labels[i + 1] within its sequence.
+    m.host_labels.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
-      if (i % t != 0 && m.host_labels[static_cast<size_t>(i)] != nn::kIgnoreIndex) ++m.num_valid;
+      const int32_t label = batch.labels[static_cast<size_t>(i)];
+      if (label != nn::kIgnoreIndex && (label < 0 || label >= config_.vocab_size)) {
+        return InvalidArgumentError("LlamaForCausalLM::Forward: label " + std::to_string(label) +
+                                    " at position " + std::to_string(i) + " is outside [0, " +
+                                    std::to_string(config_.vocab_size) + ") and is not -100");
+      }
+      // Packed: an example's first token is not predicted from the example packed before it.
+      const bool next_starts_example =
+          packed && (i + 1) % t != 0 && m.host_row_start[static_cast<size_t>(i + 1)] == (i + 1) % t;
+      const bool scored = (i + 1) % t != 0 && !next_starts_example &&
+                          batch.labels[static_cast<size_t>(i + 1)] != nn::kIgnoreIndex;
+      m.host_labels[static_cast<size_t>(i)] =
+          scored ? batch.labels[static_cast<size_t>(i + 1)] : nn::kIgnoreIndex;
+      if (scored) ++m.num_valid;
     }
     STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.labels.data(), m.host_labels.data(), n * 4,
                                                 CopyKind::kHostToDevice));
@@ -329,16 +344,10 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
       }
       return model_->norm.Forward(ctx, Hidden(layers), F32(m.normf, Shape{n, h}));
     }));
-    STRATA_RETURN_IF_ERROR(m.lm_head->Forward(ctx, F32(m.normf, Shape{n, h}), logits()));
-    if (!m.has_labels) return Status::Ok();
-    nn::CrossEntropyArgs x;
-    x.batch = b, x.seq = t, x.vocab = config_.vocab_size;
-    x.logits = m.logits.f32();
-    x.labels = static_cast<const int32_t*>(m.labels.data());
-    x.num_valid = m.num_valid;
-    x.lse = m.lse.f32();
-    x.loss = m.loss.f32();
-    return nn::CrossEntropyForward(ctx.stream, x);
+    return m.head_loss->Forward(
+        ctx, F32(m.normf, Shape{n, h}),
+        m.has_labels ? static_cast<const int32_t*>(m.labels.data()) : nullptr, m.num_valid,
+        m.loss.f32());
   }));
   m.forward_done = true;
   return Status::Ok();
@@ -353,15 +362,7 @@ Status LlamaForCausalLM::Backward(const nn::RunContext& ctx, float loss_scale) {
   m.forward_done = false;
   const int64_t n = m.info.tokens(), h = config_.hidden_size, layers = config_.num_hidden_layers;
   return nn::WithBackwardHooks(*this, ctx, [&]() -> Status {
-    nn::CrossEntropyArgs x;
-    x.batch = m.info.batch, x.seq = m.info.seq, x.vocab = config_.vocab_size;
-    x.logits = m.logits.f32();
-    x.labels = static_cast<const int32_t*>(m.labels.data());
-    x.num_valid = m.num_valid;
-    x.lse = m.lse.f32();
-    x.loss_scale = loss_scale;
-    STRATA_RETURN_IF_ERROR(nn::CrossEntropyBackward(ctx.stream, x));
-    STRATA_RETURN_IF_ERROR(m.lm_head->Backward(ctx, logits(), F32(m.d_normf, Shape{n, h})));
+    STRATA_RETURN_IF_ERROR(m.head_loss->Backward(ctx, loss_scale, F32(m.d_normf, Shape{n, h})));
     return nn::WithBackwardHooks(*model_, ctx, [&]() -> Status {
       int cur = 0;
       STRATA_RETURN_IF_ERROR(model_->norm.Backward(ctx, F32(m.d_normf, Shape{n, h}),
@@ -380,9 +381,10 @@ Status LlamaForCausalLM::Backward(const nn::RunContext& ctx, float loss_scale) {
 }
 
 Tensor LlamaForCausalLM::logits() const {
-  const Impl& m = *impl_;
-  if (m.logits.data() == nullptr) return Tensor();
-  return F32(m.logits, Shape{m.info.batch, m.info.seq, config_.vocab_size});
+  Tensor t = impl_->head_loss->logits();  // empty when the head ran in chunks
+  if (t.empty()) return t;
+  t.shape = Shape{impl_->info.batch, impl_->info.seq, config_.vocab_size};
+  return t;
 }
 
 const float* LlamaForCausalLM::loss_device() const {

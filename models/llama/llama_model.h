@@ -61,6 +61,10 @@ struct LlamaModelOptions {
   // inputs in pinned CPU memory instead of device memory.
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // requires activation_checkpointing
+  // The LM head and loss run in chunks of this many tokens (nn/modules/lm_head_loss.h), so at
+  // most chunk x vocab logits exist; logits() is then empty after a Forward with labels. 0: all
+  // tokens at once (logits kept whole until Backward); nn::LmHeadLoss::kAutoChunk (-1): its rule.
+  int64_t lm_head_chunk_tokens = 0;
 };
 
 class LlamaForCausalLM final : public nn::CausalLM {
@@ -80,7 +84,8 @@ class LlamaForCausalLM final : public nn::CausalLM {
   // nn::CausalLM. Activation buffers are allocated on the first Forward of a larger batch shape
   // and reused; batch.seq_len must not exceed max_position_embeddings. Position ids are
   // 0..seq_len-1 for every sequence (transformers' default). logits() stay valid until Backward,
-  // which overwrites them with their gradient.
+  // which overwrites them with their gradient; they are empty when the head ran in chunks
+  // (options().lm_head_chunk_tokens below the batch's tokens, with labels).
   Status Forward(const nn::RunContext& ctx, const nn::TokenBatch& batch) override;
   Status Backward(const nn::RunContext& ctx, float loss_scale = 1.0f) override;
   nn::Tensor logits() const override;

@@ -82,13 +82,15 @@ int LaunchCausalSoftmaxBackward(const float* p, float* ds, int64_t t, float scal
 
 // --- Fused softmax cross-entropy (shifted labels, -100 ignored) ----------------------------------
 // lse[r] for every scored row r (others untouched), then loss[0] = sum (lse - logit[target]) /
-// num_valid, summed in double in a fixed order (0 when num_valid == 0).
+// num_valid, summed in double in a fixed order (0 when num_valid == 0); `accumulate` adds it to
+// loss[0]. `shifted`: row r is scored against labels[r] (already shifted by the caller).
 int LaunchCrossEntropyForward(const float* logits, const int32_t* labels, int64_t batch,
-                              int64_t seq, int64_t vocab, int64_t num_valid, float* lse,
-                              float* loss, void* stream);
+                              int64_t seq, int64_t vocab, bool shifted, bool accumulate,
+                              int64_t num_valid, float* lse, float* loss, void* stream);
 // logits <- (softmax - onehot) * scale per scored row; unscored rows -> 0.
 int LaunchCrossEntropyBackward(float* logits, const int32_t* labels, int64_t batch, int64_t seq,
-                               int64_t vocab, const float* lse, float scale, void* stream);
+                               int64_t vocab, bool shifted, const float* lse, float scale,
+                               void* stream);
 
 // --- Attention against a KV cache (cuda_cached_attention.cu) -------------------------------------
 // cached_attention's math (nn/ops/ops.h); cache_len + 32 floats of shared memory per block

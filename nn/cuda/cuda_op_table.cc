@@ -83,10 +83,10 @@ Status GluBwd(const Stream& stream, const float* g, const float* u, const float*
 
 Status XentFwd(const Stream& stream, const CrossEntropyArgs& a) {
   STRATA_ASSIGN_OR_RETURN(OpStream s, Resolve(stream, "cross_entropy_forward"));
-  STRATA_RETURN_IF_ERROR(
-      CudaErr(cuda::LaunchCrossEntropyForward(a.logits, a.labels, a.batch, a.seq, a.vocab,
-                                              a.num_valid, a.lse, a.loss, s.raw()),
-              s.op, "launch"));
+  STRATA_RETURN_IF_ERROR(CudaErr(
+      cuda::LaunchCrossEntropyForward(a.logits, a.labels, a.batch, a.seq, a.vocab, a.labels_shifted,
+                                      a.accumulate_loss, a.num_valid, a.lse, a.loss, s.raw()),
+      s.op, "launch"));
   // The host checks every label, scored or not; so does this.
   return cuda::EnqueueIndexCheck(s, a.labels, a.batch * a.seq, a.vocab, IndexKind::kLabel);
 }
@@ -95,7 +95,7 @@ Status XentBwd(const Stream& stream, const CrossEntropyArgs& a) {
   STRATA_ASSIGN_OR_RETURN(OpStream s, Resolve(stream, "cross_entropy_backward"));
   const float scale = a.num_valid > 0 ? a.loss_scale / static_cast<float>(a.num_valid) : 0.0f;
   return CudaErr(cuda::LaunchCrossEntropyBackward(a.logits, a.labels, a.batch, a.seq, a.vocab,
-                                                  a.lse, scale, s.raw()),
+                                                  a.labels_shifted, a.lse, scale, s.raw()),
                  s.op, "launch");
 }
 

@@ -19,9 +19,11 @@ constexpr float kLowest = -3.402823466e38f;
 
 // Row r scores labels[r + 1] unless r is the last token of its sequence or that label is
 // ignored (or out of range: LaunchCheckIndices reports it; the row scores nothing here).
-__device__ inline int64_t TargetOf(const int32_t* labels, int64_t r, int64_t seq, int64_t vocab) {
-  if (r % seq + 1 >= seq) return -1;
-  const int32_t label = labels[r + 1];
+// `shifted`: the caller shifted the labels, row r scores labels[r].
+__device__ inline int64_t TargetOf(const int32_t* labels, int64_t r, int64_t seq, int64_t vocab,
+                                   bool shifted) {
+  if (!shifted && r % seq + 1 >= seq) return -1;
+  const int32_t label = shifted ? labels[r] : labels[r + 1];
   return label >= 0 && label < vocab ? label : -1;
 }
 
@@ -64,10 +66,10 @@ __global__ void CausalSoftmaxBackwardKernel(const float* p, float* ds, int64_t t
 
 // --- Cross-entropy ------------------------------------------------------------------------------
 __global__ void CrossEntropyLseKernel(const float* logits, const int32_t* labels, int64_t rows,
-                                      int64_t seq, int64_t vocab, float* lse) {
+                                      int64_t seq, int64_t vocab, bool shifted, float* lse) {
   __shared__ float shared[32];
   STRATA_NN_ROW_STRIDE(r, rows) {
-    if (TargetOf(labels, r, seq, vocab) < 0) continue;  // uniform over the block
+    if (TargetOf(labels, r, seq, vocab, shifted) < 0) continue;  // uniform over the block
     const float* x = logits + r * vocab;
     float mx = kLowest;
     STRATA_NN_COL_STRIDE(j, vocab) { mx = MaxOp{}(mx, x[j]); }
@@ -81,26 +83,27 @@ __global__ void CrossEntropyLseKernel(const float* logits, const int32_t* labels
 
 // One block: loss = sum over scored rows of (lse - logit[target]) in double / num_valid.
 __global__ void CrossEntropyLossKernel(const float* logits, const int32_t* labels, int64_t rows,
-                                       int64_t seq, int64_t vocab, int64_t num_valid,
-                                       const float* lse, float* loss) {
+                                       int64_t seq, int64_t vocab, bool shifted, bool accumulate,
+                                       int64_t num_valid, const float* lse, float* loss) {
   __shared__ double shared[32];
   double acc = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int64_t target = TargetOf(labels, r, seq, vocab);
+    const int64_t target = TargetOf(labels, r, seq, vocab, shifted);
     if (target >= 0) acc += static_cast<double>(lse[r]) - logits[r * vocab + target];
   }
   acc = BlockReduce(acc, SumOp{}, 0.0, shared);
   if (threadIdx.x == 0) {
-    *loss = num_valid > 0 ? static_cast<float>(acc / static_cast<double>(num_valid)) : 0.0f;
+    const float l = num_valid > 0 ? static_cast<float>(acc / static_cast<double>(num_valid)) : 0.0f;
+    *loss = accumulate ? *loss + l : l;
   }
 }
 
 __global__ void CrossEntropyBackwardKernel(float* logits, const int32_t* labels, int64_t rows,
-                                           int64_t seq, int64_t vocab, const float* lse,
-                                           float scale) {
+                                           int64_t seq, int64_t vocab, bool shifted,
+                                           const float* lse, float scale) {
   STRATA_NN_ROW_STRIDE(r, rows) {
     float* x = logits + r * vocab;
-    const int64_t target = TargetOf(labels, r, seq, vocab);
+    const int64_t target = TargetOf(labels, r, seq, vocab, shifted);
     if (target < 0) {
       STRATA_NN_COL_STRIDE(j, vocab) { x[j] = 0.0f; }
       continue;
@@ -127,22 +130,23 @@ int LaunchCausalSoftmaxBackward(const float* p, float* ds, int64_t t, float scal
 }
 
 int LaunchCrossEntropyForward(const float* logits, const int32_t* labels, int64_t batch,
-                              int64_t seq, int64_t vocab, int64_t num_valid, float* lse,
-                              float* loss, void* stream) {
+                              int64_t seq, int64_t vocab, bool shifted, bool accumulate,
+                              int64_t num_valid, float* lse, float* loss, void* stream) {
   const int64_t rows = batch * seq;
   CrossEntropyLseKernel<<<RowGrid(rows), kThreads, 0, S(stream)>>>(logits, labels, rows, seq, vocab,
-                                                                   lse);
+                                                                   shifted, lse);
   const int err = Err();
   if (err != 0) return err;
-  CrossEntropyLossKernel<<<1, 1024, 0, S(stream)>>>(logits, labels, rows, seq, vocab, num_valid,
-                                                    lse, loss);
+  CrossEntropyLossKernel<<<1, 1024, 0, S(stream)>>>(logits, labels, rows, seq, vocab, shifted,
+                                                    accumulate, num_valid, lse, loss);
   return Err();
 }
 
 int LaunchCrossEntropyBackward(float* logits, const int32_t* labels, int64_t batch, int64_t seq,
-                               int64_t vocab, const float* lse, float scale, void* stream) {
+                               int64_t vocab, bool shifted, const float* lse, float scale,
+                               void* stream) {
   CrossEntropyBackwardKernel<<<RowGrid(batch * seq), kThreads, 0, S(stream)>>>(
-      logits, labels, batch * seq, seq, vocab, lse, scale);
+      logits, labels, batch * seq, seq, vocab, shifted, lse, scale);
   return Err();
 }
 

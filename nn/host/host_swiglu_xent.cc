@@ -48,6 +48,7 @@ STRATA_NN_SIMD void SoftmaxGrad(float* x, int64_t n, float lse, float scale) {
 
 // The label scored by row r, or -1 if the row scores nothing.
 int64_t TargetOf(const CrossEntropyArgs& a, int64_t r) {
+  if (a.labels_shifted) return a.labels[r] == kIgnoreIndex ? -1 : a.labels[r];
   const int64_t t = r % a.seq;
   if (t + 1 >= a.seq) return -1;
   const int32_t label = a.labels[r + 1];
@@ -98,7 +99,9 @@ Status HostCrossEntropyForward(const CrossEntropyArgs& a) {
   });
   double sum = 0.0;
   for (double v : row_loss) sum += v;
-  *a.loss = a.num_valid > 0 ? static_cast<float>(sum / static_cast<double>(a.num_valid)) : 0.0f;
+  const float loss =
+      a.num_valid > 0 ? static_cast<float>(sum / static_cast<double>(a.num_valid)) : 0.0f;
+  *a.loss = a.accumulate_loss ? *a.loss + loss : loss;
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_footprint.h"
+#include "nn/modules/lm_head_loss.h"
 #include "tools/strata/generate/estimate_inference.h"
 #include "tools/strata/subcommand.h"
 
@@ -31,7 +33,8 @@ namespace {
 constexpr const char* kUsage =
     "strata estimate (--preset NAME | --model HF_DIR | --params N) [--world N] [--nodes N]\n"
     "                [--dtype fp32|fp16|bf16] [--config CFG] [--micro-batch N] [--seq-len N]\n"
-    "                [--checkpointing] [--gpu-mem B] [--cpu-mem B] [--nvme B] [--nvme-path DIR]\n"
+    "                [--checkpointing] [--lm-head-chunk auto|N] [--gpu-mem B] [--cpu-mem B]\n"
+    "                [--nvme B] [--nvme-path DIR]\n"
     "                [--emit-config] [--json]\n"
     "strata estimate --inference ... (generation: --help with --inference)\n"
     "  Per-rank memory per tier for ZeRO stages 0-3 x offload none/cpu/nvme (or one --config),\n"
@@ -45,7 +48,7 @@ int Fail(int code, const std::string& what) {
 }
 
 struct Options {
-  std::string preset, model, config, dtype = "bf16", nvme_path;
+  std::string preset, model, config, dtype = "bf16", nvme_path, lm_head_chunk = "auto";
   int64_t params = 0, largest_layer = 0, world = 1, nodes = 1, micro_batch = 1, seq_len = 0;
   bool checkpointing = false, emit_config = false, json = false;
   uint64_t gpu_mem = 0, cpu_mem = 0, nvme = 0;
@@ -123,8 +126,17 @@ Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len
                                 " exceeds the model's max_position_embeddings " +
                                 std::to_string(c.max_position_embeddings));
   }
+  int64_t chunk = nn::LmHeadLoss::kAutoChunk;
+  if (o.lm_head_chunk != "auto") {
+    char* end = nullptr;
+    chunk = std::strtoll(o.lm_head_chunk.c_str(), &end, 10);
+    if (o.lm_head_chunk.empty() || *end != '\0' || chunk < 0) {
+      return InvalidArgumentError("--lm-head-chunk " + o.lm_head_chunk +
+                                  ": allowed: auto, 0 (whole logits) or a token count");
+    }
+  }
   return llama::LlamaFootprint(c, o.micro_batch, *seq_len, false,
-                               o.preset.empty() ? o.model : o.preset);
+                               o.preset.empty() ? o.model : o.preset, chunk);
 }
 
 struct Candidate {
@@ -207,8 +219,11 @@ void PrintText(const Options& o, const ModelShape& shape, const Machine& m,
   if (o.params > 0) {
     std::printf("activations: not counted (--params gives no model shape)\n");
   } else {
-    std::printf("activations: micro batch %lld x seq %lld, %s\n",
+    // The footprint's note ends ", LM head in chunks of N tokens" when the head is chunked.
+    const size_t head = shape.activation_note.find(", LM head");
+    std::printf("activations: micro batch %lld x seq %lld%s, %s\n",
                 static_cast<long long>(o.micro_batch), static_cast<long long>(seq_len),
+                head == std::string::npos ? "" : shape.activation_note.substr(head).c_str(),
                 o.checkpointing ? "activation checkpointing" : "no activation checkpointing");
   }
   std::printf("machine: gpu %s (%s)\n         cpu %s (%s)\n         nvme %s (%s)\n\n",
@@ -266,6 +281,9 @@ int RunEstimate(const std::vector<std::string>& args) {
   flags.Int("micro-batch", &o.micro_batch, "sequences per micro-batch (activations)", 1);
   flags.Int("seq-len", &o.seq_len, "tokens per sequence (default min(2048, the model's))", 1);
   flags.Bool("checkpointing", &o.checkpointing, "activation checkpointing");
+  flags.String("lm-head-chunk", &o.lm_head_chunk,
+               "tokens per chunk of the LM head + loss: auto (strata.lm_head_chunk's default), 0 "
+               "(whole logits) or N");
   flags.Bytes("gpu-mem", &o.gpu_mem, "device memory per rank (default: the host-emulated device)");
   flags.Bytes("cpu-mem", &o.cpu_mem, "CPU memory per node (default: this machine's)");
   flags.Bytes("nvme", &o.nvme, "NVMe space per node (default: free space at --nvme-path)");

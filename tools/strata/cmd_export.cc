@@ -30,13 +30,14 @@ Result<std::string> ExportLlamaCheckpoint(const std::string& ckpt_dir, const std
                                 " parameters but checkpoint " + tag_dir + " holds " +
                                 std::to_string(total) + " (not this checkpoint's model)");
   }
-  STRATA_RETURN_IF_ERROR(ExportCheckpoint(ckpt_dir, out_dir, options));
+  DType written = DType::kFloat32;
+  STRATA_RETURN_IF_ERROR(ExportCheckpoint(ckpt_dir, out_dir, options, &written));
   const bool sharded = fs::exists(fs::path(out_dir) / nn::SafetensorsCheckpoint::kIndexFile);
   char line[512];
   std::snprintf(
       line, sizeof(line), "exported %s (step %lld, %.2fM params) to %s as %s: %s", m.tag.c_str(),
       static_cast<long long>(m.global_steps - m.skipped_steps), static_cast<double>(total) / 1e6,
-      out_dir.c_str(), std::string(DTypeName(options.dtype)).c_str(),
+      out_dir.c_str(), std::string(DTypeName(written)).c_str(),
       sharded ? "sharded safetensors + model.safetensors.index.json" : "model.safetensors");
   return std::string(line);
 }
@@ -45,7 +46,9 @@ namespace {
 
 constexpr const char* kUsage =
     "strata export CKPT_DIR OUT_DIR [--tag T] [--dtype fp32|bf16|fp16] [--max-shard-size 5G]\n"
-    "  Consolidates a checkpoint (strata train --save) into a Hugging Face directory.";
+    "  Consolidates a checkpoint (strata train --save) into a Hugging Face directory: the\n"
+    "  source model's config.json (torch_dtype = what is written; default the source's dtype),\n"
+    "  generation_config.json and tokenizer files when the source had them.";
 
 int Fail(int code, const std::string& what) {
   std::fprintf(stderr, "strata export: %s\n", what.c_str());
@@ -53,11 +56,12 @@ int Fail(int code, const std::string& what) {
 }
 
 int RunExport(const std::vector<std::string>& args) {
-  std::string tag, dtype = "fp32";
+  std::string tag, dtype;
   uint64_t max_shard = 5'000'000'000;
   FlagParser flags(kUsage);
   flags.String("tag", &tag, "the checkpoint tag (default: the one `latest` names)");
-  flags.Choice("dtype", &dtype, {"fp32", "bf16", "fp16"}, "dtype of the written weights");
+  flags.Choice("dtype", &dtype, {"fp32", "bf16", "fp16"},
+               "dtype of the written weights (default: the source config.json's torch_dtype)");
   flags.Bytes("max-shard-size", &max_shard,
               "shard the weights above this size (transformers' max_shard_size)");
   std::vector<std::string> positional;
@@ -69,9 +73,11 @@ int RunExport(const std::vector<std::string>& args) {
   if (positional.size() != 2) return Fail(2, "expected CKPT_DIR OUT_DIR\n" + flags.Help());
   CheckpointExportOptions o;
   o.tag = tag;
-  o.dtype = dtype == "bf16"   ? DType::kBFloat16
-            : dtype == "fp16" ? DType::kFloat16
-                              : DType::kFloat32;
+  if (!dtype.empty()) {
+    o.dtype = dtype == "bf16"   ? DType::kBFloat16
+              : dtype == "fp16" ? DType::kFloat16
+                                : DType::kFloat32;
+  }
   o.max_shard_bytes = max_shard;
   Result<std::string> r = ExportLlamaCheckpoint(positional[0], positional[1], o);
   if (!r.ok()) {

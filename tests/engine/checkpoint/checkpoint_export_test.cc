@@ -111,5 +111,28 @@ TEST(CheckpointExportTest, RefusesWithoutAConfigOrWithACorruptShard) {
   EXPECT_FALSE(fs::exists(fs::path(dir.File("hf")) / "model.safetensors"));
 }
 
+// A source dtype Strata does not write is refused, naming the field and the way out (--dtype);
+// with a dtype chosen the export runs.
+TEST(CheckpointExportTest, UnwritableSourceDtypeNeedsAnExplicitOne) {
+  testing::ScratchDir dir;
+  auto comm = testing::MakeLocalComm();
+  testing::EngineRun run = testing::MakeRun(*comm, {0, "none"}, 5);
+  ASSERT_THAT(run.engine->SaveCheckpoint(dir.File("c"), "t"), IsOk());
+  nlohmann::json c = llama::LlamaConfigJson(llama::LlamaPreset("tiny").value());
+  c["torch_dtype"] = "float8_e4m3fn";
+  std::ofstream(fs::path(dir.File("c")) / "config.json") << c.dump(2);
+  EXPECT_THAT(ExportCheckpoint(dir.File("c"), dir.File("hf"), {}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("torch_dtype = \"float8_e4m3fn\" is not one Strata writes "
+                                 "(float32, bfloat16, float16); choose one with --dtype")));
+  CheckpointExportOptions o;
+  o.dtype = DType::kBFloat16;
+  DType written = DType::kFloat32;
+  ASSERT_THAT(ExportCheckpoint(dir.File("c"), dir.File("hf"), o, &written), IsOk());
+  EXPECT_EQ(written, DType::kBFloat16);
+  std::ifstream in(fs::path(dir.File("hf")) / "config.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["torch_dtype"], "bfloat16");
+}
+
 }  // namespace
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/cli/run_command.h"
 #include "tests/support/test_util.h"
@@ -112,12 +113,39 @@ TEST(EstimateCliTest, BadFlagsExitTwoWithAClearMessage) {
                        Bad{"estimate --preset tiny --dtype fp8", "--dtype"},
                        Bad{"estimate --preset tiny --gpu-mem lots", "--gpu-mem"},
                        Bad{"estimate --preset tiny --seq-len 4096", "max_position_embeddings"},
-                       Bad{"estimate --preset tiny --config /nonexistent.json", "nonexistent"}}) {
+                       Bad{"estimate --preset tiny --config /nonexistent.json", "nonexistent"},
+                       Bad{"estimate --preset tiny --lm-head-chunk many",
+                           "allowed: auto, 0 (whole logits) or a token count"}}) {
     const testing::CommandResult r = RunCommand(Strata(b.args));
     EXPECT_EQ(r.exit_code, 2) << b.args << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr("strata estimate: ")) << b.args;
     EXPECT_THAT(r.err, HasSubstr(b.words)) << b.args;
   }
+}
+
+// The LM head's logits are one chunk's: --lm-head-chunk 16 at 2 x 64 tokens of tiny (vocab 256)
+// plans (128 - 16) x 256 floats less device memory than the whole logits (0), and auto keeps
+// these small logits whole.
+TEST(EstimateCliTest, LmHeadChunkPlansOneChunkOfLogits) {
+  auto device_bytes = [](const std::string& chunk) -> uint64_t {
+    const testing::CommandResult r =
+        RunCommand(Strata("estimate --preset tiny --micro-batch 2 --seq-len 64 --gpu-mem 1G "
+                          "--cpu-mem 8G --nvme 10G --json --lm-head-chunk " +
+                          chunk));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return 0;
+    for (const nlohmann::json& p : j["placements"]) {
+      if (p["stage"] == 0 && p["offload"] == "none") return p["per_rank_bytes"]["device"];
+    }
+    return 0;
+  };
+  const uint64_t whole = device_bytes("0"), chunked = device_bytes("16");
+  EXPECT_EQ(whole - chunked, uint64_t{(128 - 16) * 256 * 4});
+  EXPECT_EQ(device_bytes("auto"), whole);
+  const testing::CommandResult text =
+      RunCommand(Strata("estimate --preset tiny --micro-batch 2 --seq-len 64 --lm-head-chunk 16"));
+  EXPECT_THAT(text.out, HasSubstr("LM head in chunks of 16 tokens"));
 }
 
 constexpr const char* kTrainConfig = R"({
@@ -144,6 +172,50 @@ TEST(TrainMemoryCliTest, JsonHasPlannedAndPeakBytesWithinTenPercent) {
   }
   EXPECT_TRUE(j["peak_bytes"].contains("pageable_cpu"));
   EXPECT_EQ(j["peak_bytes"]["nvme"], 0);
+}
+
+// strata.lm_head_chunk: the run's head computes 16 tokens of logits at a time and its plan says
+// so: the measured device peak is within 10% of the plan.
+TEST(TrainMemoryCliTest, ChunkedLmHeadPeakMatchesItsPlan) {
+  testing::ScratchDir dir;
+  const std::string cfg = dir.File("c.json");
+  nlohmann::json c = nlohmann::json::parse(kTrainConfig);
+  c["strata"]["lm_head_chunk"] = 16;
+  std::ofstream(cfg) << c.dump();
+  const testing::CommandResult r =
+      RunCommand(Strata("train --config " + cfg + " --init tiny --steps 2 --seq-len 32 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const double planned = j["planned_bytes"]["device"].get<double>();
+  EXPECT_NEAR(j["peak_bytes"]["device"].get<double>(), planned, 0.10 * planned) << j.dump();
+}
+
+// At stage 3 with parameters offloaded (the head's weight gathered for its forward and again
+// for its backward, where the chunks are recomputed) the chunked head trains as the whole one.
+TEST(TrainMemoryCliTest, ChunkedLmHeadAtStage3TrainsAsTheWholeHead) {
+  testing::ScratchDir dir;
+  std::vector<std::vector<double>> losses;
+  for (int chunk : {0, 16}) {
+    const std::string cfg = dir.File("c" + std::to_string(chunk) + ".json");
+    nlohmann::json c = nlohmann::json::parse(kTrainConfig);
+    c["zero_optimization"] = {{"stage", 3},
+                              {"offload_param", {{"device", "cpu"}}},
+                              {"offload_optimizer", {{"device", "cpu"}}},
+                              {"stage3_param_persistence_threshold", 0}};
+    c["gradient_clipping"] = 1.0;
+    c["strata"]["lm_head_chunk"] = chunk;
+    std::ofstream(cfg) << c.dump();
+    const testing::CommandResult r =
+        RunCommand(Strata("train --config " + cfg + " --init tiny --steps 3 --seq-len 32 --json"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    losses.push_back(j["losses"].get<std::vector<double>>());
+    const double planned = j["planned_bytes"]["device"].get<double>();
+    EXPECT_NEAR(j["peak_bytes"]["device"].get<double>(), planned, 0.10 * planned) << j.dump();
+  }
+  ASSERT_EQ(losses[0].size(), 3u);
+  ASSERT_EQ(losses[1].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * losses[0][i]);
 }
 
 TEST(TrainMemoryCliTest, TextPrintsThePlanAtStartAndPeaksAtTheEnd) {

@@ -28,6 +28,7 @@
 #include "models/data/token_file.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
+#include "nn/modules/lm_head_loss.h"
 #include "offload/device/registry.h"
 #include "offload/tier_budget.h"
 #include "tools/strata/subcommand.h"
@@ -219,6 +220,11 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
   mo.dtype = c.bf16.enabled ? DType::kBFloat16 : c.fp16.enabled ? DType::kFloat16 : DType::kFloat32;
   mo.allocate_parameters = false;
   mo.allocate_grads = false;
+  // A preset has no source dtype: its saved config.json (and so an export's default) says the
+  // run's.
+  if (!o.init.empty()) r->model_config.torch_dtype = mo.dtype;
+  static_assert(StrataConfig::kLmHeadChunkAuto == nn::LmHeadLoss::kAutoChunk);
+  mo.lm_head_chunk_tokens = c.strata.lm_head_chunk;
   STRATA_ASSIGN_OR_RETURN(r->model,
                           llama::LlamaForCausalLM::Create(r->model_config, r->device.get(), mo));
   EngineInit init;
@@ -370,6 +376,7 @@ int RunTrain(const std::vector<std::string>& args) {
   }
   if (Status s = ValidateCheckpointFlags(o.ckpt); !s.ok()) return Fail(2, s.message());
   if (o.vocab_size > 0 && o.init.empty()) return Fail(2, "--vocab-size goes with --init PRESET");
+  o.ckpt.model_dir = o.init.empty() ? o.model : "";
 
   InstallPreemptionHandlers();
   Run r;

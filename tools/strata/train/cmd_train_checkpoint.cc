@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -144,8 +146,20 @@ Status StartCheckpoints(const CheckpointFlags& f, const llama::LlamaConfig& mode
     std::error_code ec;
     fs::create_directories(f.save, ec);
     if (ec) return IoError("--save " + f.save + ": " + ec.message());
-    STRATA_RETURN_IF_ERROR(WriteFileDurably((fs::path(f.save) / "config.json").string(),
-                                            llama::LlamaConfigJson(model_config).dump(2) + "\n"));
+    if (f.model_dir.empty()) {
+      STRATA_RETURN_IF_ERROR(WriteFileDurably((fs::path(f.save) / "config.json").string(),
+                                              llama::LlamaConfigJson(model_config).dump(2) + "\n"));
+    } else {
+      // The source's own config.json, byte for byte (rope settings and fields Strata does not
+      // read included), and its tokenizer / generation files.
+      std::ifstream in(fs::path(f.model_dir) / "config.json", std::ios::binary);
+      std::ostringstream bytes;
+      bytes << in.rdbuf();
+      if (!in && !in.eof()) return IoError("--save: read " + f.model_dir + "/config.json failed");
+      STRATA_RETURN_IF_ERROR(
+          WriteFileDurably((fs::path(f.save) / "config.json").string(), bytes.str()));
+      STRATA_RETURN_IF_ERROR(CopyModelCompanionFiles(f.model_dir, f.save).status());
+    }
     STRATA_RETURN_IF_ERROR(SyncDirectory(f.save));
   }
   if (f.load.empty()) return Status::Ok();

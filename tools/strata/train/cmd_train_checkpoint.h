@@ -23,6 +23,9 @@ namespace strata::cli {
 
 struct CheckpointFlags {
   std::string save, load, export_dir;
+  // The --model directory the run started from ("" for --init): its config.json (every field)
+  // and companion files (kModelCompanionFiles) go to --save, so exports keep them.
+  std::string model_dir;
   int64_t save_interval = 0;
   int64_t save_total_limit = 0;  // 0: keep every checkpoint
 };

@@ -13,7 +13,8 @@ namespace strata::cli {
 
 Result<MemoryPlan> PlanTrainRun(const llama::LlamaConfig& model, const Config& config, int world,
                                 int rank, int64_t seq_len, bool activation_checkpointing) {
-  const ModelShape shape = llama::LlamaFootprint(model, config.batch.micro_batch_per_gpu, seq_len);
+  const ModelShape shape = llama::LlamaFootprint(model, config.batch.micro_batch_per_gpu, seq_len,
+                                                 false, "llama", config.strata.lm_head_chunk);
   PlanOptions po;
   po.world = world;
   po.rank = rank;
