@@ -179,6 +179,21 @@ struct CheckpointExportOptions {
 Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
                         const CheckpointExportOptions& options, DType* written = nullptr);
 
+// The dtype an export writes: `override` when given, else the source config.json's torch_dtype
+// (or transformers >= 4.56's "dtype"; bf16 in, bf16 out), fp32 when it names none.
+// InvalidArgument naming `config_dir`/config.json and the field if it names a dtype Strata does
+// not write.
+Result<DType> ExportDType(const nlohmann::json& source_config, const std::string& config_dir,
+                          std::optional<DType> override);
+
+// `values` as `dtype` (fp32 bytes, or bf16 / fp16 rounded to nearest even) into `out`, which
+// holds values.size() elements of that dtype.
+void EncodeForExport(std::span<const float> values, DType dtype, std::span<std::byte> out);
+
+// Writes `out_dir`/config.json: `source_config` with every field kept and torch_dtype (and
+// "dtype" when present) set to `written` - what transformers reads back unchanged.
+Status WriteExportedConfig(nlohmann::json source_config, DType written, const std::string& out_dir);
+
 // The files of a Hugging Face model directory besides config.json and the weights that a run
 // keeps with its checkpoints and exports: generation_config.json and the tokenizer's files.
 inline constexpr const char* kModelCompanionFiles[] = {

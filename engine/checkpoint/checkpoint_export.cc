@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include "core/half.h"
 #include "engine/checkpoint/checkpoint.h"
@@ -37,12 +38,14 @@ Result<nlohmann::json> ReadModelConfig(const std::string& ckpt_dir, const std::s
                        " (strata train --save writes it; copy the model's config.json there)");
 }
 
-// The source's torch_dtype ("bfloat16" in, bf16 out; transformers >= 4.56 writes "dtype");
-// fp32 when the config names none.
-Result<DType> SourceDType(const nlohmann::json& config, const std::string& config_dir) {
+}  // namespace
+
+Result<DType> ExportDType(const nlohmann::json& source_config, const std::string& config_dir,
+                          std::optional<DType> override) {
+  if (override.has_value()) return *override;
   for (const char* key : {"torch_dtype", "dtype"}) {
-    const auto it = config.find(key);
-    if (it == config.end() || it->is_null()) continue;
+    const auto it = source_config.find(key);
+    if (it == source_config.end() || it->is_null()) continue;
     if (*it == "float32") return DType::kFloat32;
     if (*it == "bfloat16") return DType::kBFloat16;
     if (*it == "float16") return DType::kFloat16;
@@ -54,7 +57,25 @@ Result<DType> SourceDType(const nlohmann::json& config, const std::string& confi
   return DType::kFloat32;
 }
 
-}  // namespace
+void EncodeForExport(std::span<const float> values, DType dtype, std::span<std::byte> out) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(out.data(), values.data(), values.size() * sizeof(float));
+    return;
+  }
+  for (size_t k = 0; k < values.size(); ++k) {
+    const uint16_t h = dtype == DType::kBFloat16 ? FloatToBf16(values[k]) : FloatToFp16(values[k]);
+    std::memcpy(out.data() + 2 * k, &h, 2);
+  }
+}
+
+Status WriteExportedConfig(nlohmann::json source_config, DType written,
+                           const std::string& out_dir) {
+  // Every field of the source kept; only the dtype says what is written now.
+  source_config["torch_dtype"] = TorchDTypeName(written);
+  if (source_config.contains("dtype")) source_config["dtype"] = TorchDTypeName(written);
+  return WriteFileDurably((fs::path(out_dir) / "config.json").string(),
+                          source_config.dump(2) + "\n");
+}
 
 Result<int> CopyModelCompanionFiles(const std::string& from_dir, const std::string& to_dir) {
   int copied = 0;
@@ -77,12 +98,7 @@ Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
   std::string config_dir;
   STRATA_ASSIGN_OR_RETURN(nlohmann::json model_config,
                           ReadModelConfig(ckpt_dir, reader.tag_dir(), &config_dir));
-  DType dtype = DType::kFloat32;
-  if (options.dtype.has_value()) {
-    dtype = *options.dtype;
-  } else {
-    STRATA_ASSIGN_OR_RETURN(dtype, SourceDType(model_config, config_dir));
-  }
+  STRATA_ASSIGN_OR_RETURN(const DType dtype, ExportDType(model_config, config_dir, options.dtype));
   if (written != nullptr) *written = dtype;
   STRATA_RETURN_IF_ERROR(reader.VerifyAll());
   std::error_code ec;
@@ -100,26 +116,14 @@ Status ExportCheckpoint(const std::string& ckpt_dir, const std::string& out_dir,
     src.read = [&reader, i, dtype, numel = p.numel](std::span<std::byte> out) -> Status {
       std::vector<float> values(numel);
       STRATA_RETURN_IF_ERROR(reader.Read(i, CheckpointArray::kMaster, 0, values));
-      if (dtype == DType::kFloat32) {
-        std::memcpy(out.data(), values.data(), numel * sizeof(float));
-        return Status::Ok();
-      }
-      for (size_t k = 0; k < numel; ++k) {
-        const uint16_t h =
-            dtype == DType::kBFloat16 ? FloatToBf16(values[k]) : FloatToFp16(values[k]);
-        std::memcpy(out.data() + 2 * k, &h, 2);
-      }
+      EncodeForExport(values, dtype, out);
       return Status::Ok();
     };
     sources.push_back(std::move(src));
   }
   STRATA_RETURN_IF_ERROR(nn::WriteSafetensorsCheckpoint(out_dir, sources, options.max_shard_bytes)
                              .WithContext("export of " + reader.tag_dir()));
-  // Every field of the source kept; only the dtype says what is written now.
-  model_config["torch_dtype"] = TorchDTypeName(dtype);
-  if (model_config.contains("dtype")) model_config["dtype"] = TorchDTypeName(dtype);
-  const std::string config_path = (fs::path(out_dir) / "config.json").string();
-  STRATA_RETURN_IF_ERROR(WriteFileDurably(config_path, model_config.dump(2) + "\n"));
+  STRATA_RETURN_IF_ERROR(WriteExportedConfig(std::move(model_config), dtype, out_dir));
   STRATA_RETURN_IF_ERROR(CopyModelCompanionFiles(config_dir, out_dir).status());
   return SyncDirectory(out_dir);
 }

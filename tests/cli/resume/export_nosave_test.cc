@@ -33,7 +33,7 @@ TEST(ExportNoSaveTest, ExportFromTheEngineEqualsTheExportOfTheSavedCheckpoint) {
   ASSERT_EQ(direct.Wait(), 0) << testing::ReadText(dir.File("2.err"));
   EXPECT_THAT(testing::ReadText(dir.File("2.out")),
               HasSubstr("exported the trained weights (step 3, 0.85M params) to " +
-                        dir.File("from_engine") + " as fp32: model.safetensors"));
+                        dir.File("from_engine") + " as bf16: model.safetensors"));
 
   const std::string a = testing::ReadText(dir.File("from_ckpt") + "/model.safetensors");
   const std::string b = testing::ReadText(dir.File("from_engine") + "/model.safetensors");
@@ -42,7 +42,9 @@ TEST(ExportNoSaveTest, ExportFromTheEngineEqualsTheExportOfTheSavedCheckpoint) {
   const auto ca = nlohmann::json::parse(testing::ReadText(dir.File("from_ckpt") + "/config.json"));
   const auto cb =
       nlohmann::json::parse(testing::ReadText(dir.File("from_engine") + "/config.json"));
-  EXPECT_EQ(cb["torch_dtype"], "float32");
+  // The run's dtype (bf16 here), as strata export of its checkpoint writes.
+  EXPECT_EQ(ca["torch_dtype"], "bfloat16");
+  EXPECT_EQ(cb["torch_dtype"], "bfloat16");
   EXPECT_EQ(ca["hidden_size"], cb["hidden_size"]);
   EXPECT_EQ(ca["num_hidden_layers"], cb["num_hidden_layers"]);
   EXPECT_EQ(ca["vocab_size"], cb["vocab_size"]);

@@ -441,16 +441,10 @@ int RunTrain(const std::vector<std::string>& args) {
              !s.ok()) {
     return Fail(1, s.message());
   } else if (!o.ckpt.export_dir.empty() && o.ckpt.save.empty()) {
-    Result<std::string> line =
-        ExportFromEngine(*r.engine, *r.model, r.model_config, r.rank, o.ckpt.export_dir);
+    Result<std::string> line = ExportFromEngine(*r.engine, *r.model, r.model_config, r.rank,
+                                                o.ckpt.model_dir, std::nullopt, o.ckpt.export_dir);
     if (!line.ok()) return Fail(1, line.status().message());
     if (r.id.print) std::printf("%s\n", line->c_str());
-  }
-  // The exported directory is usable on its own: the model's tokenizer goes with it.
-  if (r.rank == 0 && !o.model.empty() && !o.ckpt.export_dir.empty()) {
-    if (Status s = CopyTokenizerFiles(o.model, o.ckpt.export_dir); !s.ok()) {
-      return Fail(1, s.message());
-    }
   }
   const int exit_code = r.stop_signal != 0 ? PreemptedExitCode(r.stop_signal) : 0;
   if (t.losses.empty()) {  // resumed at or past --steps

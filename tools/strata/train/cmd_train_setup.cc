@@ -74,17 +74,4 @@ Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std:
   return sampler;
 }
 
-Status CopyTokenizerFiles(const std::string& model_dir, const std::string& out_dir) {
-  namespace fs = std::filesystem;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json"}) {
-    fs::path from = fs::path(model_dir) / name;
-    if (!fs::exists(from)) continue;
-    std::error_code ec;
-    fs::copy_file(from, fs::path(out_dir) / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) return IoError("copy " + from.string() + " to " + out_dir + ": " + ec.message());
-  }
-  return Status::Ok();
-}
-
 }  // namespace strata::cli

@@ -37,9 +37,6 @@ Result<data::PreparedSampler> OpenJsonlData(const std::string& jsonl, const std:
                                             bool pack, bool print);
 // Where prepared datasets are cached: $XDG_CACHE_HOME/strata/data, else ~/.cache/strata/data.
 std::string DefaultDataCache();
-// Copies the tokenizer files of `model_dir` (tokenizer.json, tokenizer_config.json,
-// special_tokens_map.json, generation_config.json; those present) into an exported directory.
-Status CopyTokenizerFiles(const std::string& model_dir, const std::string& out_dir);
 
 // The first sample index of micro-batch `micro_index` on `rank`: ranks take disjoint, interleaved
 // blocks of `micro_batch` samples.
