@@ -83,6 +83,45 @@ TEST_F(GenerateCliTest, StopsAtAStopIdAndSamplesReproducibly) {
   EXPECT_EQ(Json(sample)["results"], Json(sample)["results"]);
 }
 
+// Well-formed UTF-8 (RFC 3629: no overlongs, surrogates or code points past U+10FFFF).
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1f) : n == 3 ? (b & 0x0f) : (b & 0x07);
+    for (int k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c >> 6) != 2) return false;
+      cp = (cp << 6) | (c & 0x3f);
+    }
+    const uint32_t min = n == 1 ? 0 : n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// The tiny model's byte vocabulary samples bytes that are not UTF-8 on their own: what is printed
+// (streamed, and in --json) is valid text, each invalid byte run one U+FFFD.
+TEST_F(GenerateCliTest, SampledBytesPrintAsValidUtf8) {
+  const std::string args = "--model " + dir_->File("hf") +
+                           " --prompt 'ROMEO:' --max-new-tokens 120 --temperature 3 --seed 11";
+  const auto j = Json(args);
+  ASSERT_TRUE(j.contains("results"));
+  int high = 0;
+  for (const auto& t : j["results"][0]["tokens"]) high += t.get<int>() >= 128 ? 1 : 0;
+  ASSERT_GT(high, 0) << "the sample has no byte >= 128: choose another seed";
+  const std::string text = j["results"][0]["text"].get<std::string>();
+  EXPECT_TRUE(ValidUtf8(text));
+  EXPECT_THAT(text, HasSubstr("\xEF\xBF\xBD"));
+  const auto r = testing::RunCommand(Bin() + " generate " + args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(ValidUtf8(r.out));
+  EXPECT_EQ(r.out, "ROMEO:" + text + "\n");
+}
+
 TEST_F(GenerateCliTest, NvmePlacementGivesTheSameGreedyTokensAsTheDevice) {
   const std::string cfg = dir_->File("nvme.json");
   std::ofstream(cfg) << R"({"train_batch_size": 1, "zero_optimization": {"stage": 3,

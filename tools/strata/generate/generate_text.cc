@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tokenizers/text/utf8.h"
+
 namespace strata::cli {
 
 namespace fs = std::filesystem;
@@ -70,12 +72,14 @@ Result<std::vector<int32_t>> GenerateText::EncodeChat(const nlohmann::ordered_js
 
 std::string GenerateText::Decode(std::span<const int32_t> ids) const {
   if (tokenizer_) return tokenizer_->Decode(ids, /*skip_special_tokens=*/false);
+  // The byte vocabulary: the bytes as UTF-8, each invalid sequence (a random model samples any
+  // byte) one U+FFFD as a tokenizer's byte-level decoder gives, so stdout is always valid text.
   std::string s;
   for (int32_t id : ids) {
     s += id >= 0 && id < 256 ? std::string(1, static_cast<char>(id))
                              : "<" + std::to_string(id) + ">";
   }
-  return s;
+  return tokenizers::internal::Utf8Lossy(s);
 }
 
 std::string TextStream::Push(int32_t id) {
@@ -83,7 +87,8 @@ std::string TextStream::Push(int32_t id) {
   const std::string all = text_->Decode(ids_);
   size_t end = all.size();
   static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (text_->has_tokenizer() && end >= 3 && all.compare(end - 3, 3, kReplacement) == 0) end -= 3;
+  // A trailing U+FFFD may be a character whose bytes have not all come: held until the next token.
+  if (end >= 3 && all.compare(end - 3, 3, kReplacement) == 0) end -= 3;
   if (end <= printed_) return "";
   std::string out = all.substr(printed_, end - printed_);
   printed_ = end;
