@@ -56,29 +56,99 @@ Status RequireBool(const nlohmann::json& j, std::string_view source, const char*
   return Status::Ok();
 }
 
-// rope_scaling / rope_parameters: null, or the plain RoPE ({"rope_type": "default"}, which
-// transformers >= 4.45 may write, with an optional rope_theta) - anything else is refused.
-Status ReadRope(const nlohmann::json& j, std::string_view source, const char* key,
-                double* rope_theta) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return Status::Ok();
-  if (it->is_object()) {
-    const auto type = it->find("rope_type");
-    bool plain = type != it->end() && *type == "default";
-    for (const auto& [k, v] : it->items()) {
-      if (k != "rope_type" && k != "rope_theta") plain = false;
+// rope_scaling, then rope_parameters (transformers >= 5): each null or an object
+// (llama_rope.h); when both are set they must say the same.
+Status ReadRope(const nlohmann::json& j, std::string_view source, LlamaConfig* c) {
+  bool seen = false;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    RopeScaling s;
+    STRATA_RETURN_IF_ERROR(ParseRopeScaling(*it, source, key, &s, &c->rope_theta));
+    if (seen && !(s == c->rope_scaling)) {
+      return InvalidArgumentError(Field(source, key) + " = " + it->dump() +
+                                  " disagrees with 'rope_scaling' = " + j["rope_scaling"].dump());
     }
-    if (plain) {
-      if (it->contains("rope_theta")) {
-        return ReadPositiveDouble(*it, source, "rope_theta", rope_theta)
-            .WithContext(std::string("in '") + key + "'");
-      }
-      return Status::Ok();
+    c->rope_scaling = s;
+    seen = true;
+  }
+  return Status::Ok();
+}
+
+// One row per family: config.json's architectures[0] and model_type.
+struct Architecture {
+  const char* name;
+  const char* model_type;
+  LlamaFamily family;
+};
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", LlamaFamily::kLlama},
+    {"MistralForCausalLM", "mistral", LlamaFamily::kMistral},
+};
+
+const Architecture& ArchitectureOf(LlamaFamily family) {
+  for (const Architecture& a : kArchitectures) {
+    if (a.family == family) return a;
+  }
+  return kArchitectures[0];
+}
+
+// "[\"LlamaForCausalLM\"], [\"MistralForCausalLM\"]" or "\"llama\", \"mistral\"".
+std::string ArchitectureNames(bool model_types) {
+  std::string out;
+  for (const Architecture& a : kArchitectures) {
+    if (!out.empty()) out += ", ";
+    out +=
+        model_types ? nlohmann::json(a.model_type).dump() : nlohmann::json::array({a.name}).dump();
+  }
+  return out;
+}
+
+// architectures (a one-element list) and model_type, each optional, naming one family together.
+Status ReadFamily(const nlohmann::json& j, std::string_view source, LlamaFamily* family) {
+  const Architecture* by_name = nullptr;
+  if (const auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
+    for (const Architecture& a : kArchitectures) {
+      if (it->is_array() && it->size() == 1 && *it->begin() == a.name) by_name = &a;
+    }
+    if (by_name == nullptr) {
+      return UnimplementedError(Field(source, "architectures") + " = " + it->dump() +
+                                ": Strata implements " + ArchitectureNames(false));
     }
   }
-  return UnimplementedError(Field(source, key) + " = " + it->dump() +
-                            ": Strata implements plain RoPE only (null or "
-                            "{\"rope_type\": \"default\"})");
+  const Architecture* by_type = nullptr;
+  if (const auto it = j.find("model_type"); it != j.end()) {
+    for (const Architecture& a : kArchitectures) {
+      if (*it == a.model_type) by_type = &a;
+    }
+    if (by_type == nullptr) {
+      return UnimplementedError(Field(source, "model_type") + " = " + it->dump() +
+                                ": Strata implements " + ArchitectureNames(true));
+    }
+    if (by_name != nullptr && by_name != by_type) {
+      return InvalidArgumentError(Field(source, "model_type") + " = " + it->dump() +
+                                  " disagrees with 'architectures' = " + j["architectures"].dump() +
+                                  " (model_type \"" + by_name->model_type + "\")");
+    }
+  }
+  *family = by_name != nullptr   ? by_name->family
+            : by_type != nullptr ? by_type->family
+                                 : LlamaFamily::kLlama;
+  return Status::Ok();
+}
+
+// Mistral's sliding_window: null (no window) or a positive integer. Other families do not read
+// it (transformers' LlamaForCausalLM ignores the field too).
+Status ReadSlidingWindow(const nlohmann::json& j, std::string_view source, LlamaConfig* c) {
+  if (c->family != LlamaFamily::kMistral) return Status::Ok();
+  const auto it = j.find("sliding_window");
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+    return InvalidArgumentError(Field(source, "sliding_window") + " = " + it->dump() +
+                                " must be null or a positive integer");
+  }
+  c->sliding_window = it->get<int64_t>();
+  return Status::Ok();
 }
 
 }  // namespace
@@ -96,16 +166,8 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
   if (!j.is_object()) {
     return InvalidArgumentError(std::string(source) + ": config is not a JSON object");
   }
-  if (const auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() != 1 || *it->begin() != "LlamaForCausalLM") {
-      return UnimplementedError(Field(source, "architectures") + " = " + it->dump() +
-                                ": Strata implements [\"LlamaForCausalLM\"] only");
-    }
-  }
-  if (const auto it = j.find("model_type"); it != j.end() && *it != "llama") {
-    return UnimplementedError(Field(source, "model_type") + " = " + it->dump() +
-                              ": Strata implements \"llama\" only");
-  }
+  LlamaConfig c;  // transformers' LlamaConfig defaults
+  STRATA_RETURN_IF_ERROR(ReadFamily(j, source, &c.family));
   if (const auto it = j.find("hidden_act"); it != j.end() && *it != "silu") {
     return UnimplementedError(Field(source, "hidden_act") + " = " + it->dump() +
                               ": Strata implements \"silu\" only");
@@ -122,7 +184,6 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
                                 " must be an integer");
   }
 
-  LlamaConfig c;  // transformers' LlamaConfig defaults
   STRATA_RETURN_IF_ERROR(ReadPositive(j, source, "vocab_size", &c.vocab_size));
   STRATA_RETURN_IF_ERROR(ReadPositive(j, source, "hidden_size", &c.hidden_size));
   STRATA_RETURN_IF_ERROR(ReadPositive(j, source, "intermediate_size", &c.intermediate_size));
@@ -134,8 +195,8 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
       ReadPositive(j, source, "max_position_embeddings", &c.max_position_embeddings));
   STRATA_RETURN_IF_ERROR(ReadPositiveDouble(j, source, "rms_norm_eps", &c.rms_norm_eps));
   STRATA_RETURN_IF_ERROR(ReadPositiveDouble(j, source, "rope_theta", &c.rope_theta));
-  STRATA_RETURN_IF_ERROR(ReadRope(j, source, "rope_scaling", &c.rope_theta));
-  STRATA_RETURN_IF_ERROR(ReadRope(j, source, "rope_parameters", &c.rope_theta));
+  STRATA_RETURN_IF_ERROR(ReadRope(j, source, &c));
+  STRATA_RETURN_IF_ERROR(ReadSlidingWindow(j, source, &c));
   if (const auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) {
       return InvalidArgumentError(Field(source, "tie_word_embeddings") + " = " + it->dump() +
@@ -202,8 +263,9 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
   const std::string_view dtype = c.torch_dtype == DType::kFloat32   ? "float32"
                                  : c.torch_dtype == DType::kFloat16 ? "float16"
                                                                     : "bfloat16";
-  return {
-      {"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
+  const Architecture& arch = ArchitectureOf(c.family);
+  nlohmann::json j = {
+      {"architectures", nlohmann::json::array({arch.name})},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
       {"bos_token_id", 1},
@@ -215,13 +277,13 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
       {"intermediate_size", c.intermediate_size},
       {"max_position_embeddings", c.max_position_embeddings},
       {"mlp_bias", false},
-      {"model_type", "llama"},
+      {"model_type", arch.model_type},
       {"num_attention_heads", c.num_attention_heads},
       {"num_hidden_layers", c.num_hidden_layers},
       {"num_key_value_heads", c.num_key_value_heads},
       {"pretraining_tp", 1},
       {"rms_norm_eps", c.rms_norm_eps},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", RopeScalingJson(c.rope_scaling)},
       {"rope_theta", c.rope_theta},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"torch_dtype", dtype},
@@ -229,57 +291,149 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
       {"use_cache", true},
       {"vocab_size", c.vocab_size},
   };
+  if (c.family == LlamaFamily::kMistral) {  // MistralConfig's fields
+    for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp"}) j.erase(key);
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+  }
+  return j;
+}
+
+namespace {
+
+// --- Presets: one function and one table row each --------------------------------------------
+
+LlamaConfig Tiny() {  // ~0.85M parameters, byte-level, GQA (4 query heads share 2 KV heads)
+  LlamaConfig c;
+  c.vocab_size = 256;
+  c.hidden_size = 128;
+  c.intermediate_size = 384;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = DType::kFloat32;
+  return c;
+}
+
+LlamaConfig Small() {  // ~19M parameters, byte-level, GQA
+  LlamaConfig c;
+  c.vocab_size = 256;
+  c.hidden_size = 512;
+  c.intermediate_size = 1536;
+  c.num_hidden_layers = 6;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 1024;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = DType::kFloat32;
+  return c;
+}
+
+LlamaConfig TinyLlama1B() {  // TinyLlama/TinyLlama-1.1B-Chat-v1.0
+  LlamaConfig c;
+  c.vocab_size = 32000;
+  c.hidden_size = 2048;
+  c.intermediate_size = 5632;
+  c.num_hidden_layers = 22;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = DType::kBFloat16;
+  return c;
+}
+
+LlamaConfig Llama2_7B() {  // meta-llama/Llama-2-7b-hf
+  LlamaConfig c;
+  c.vocab_size = 32000;
+  c.hidden_size = 4096;
+  c.intermediate_size = 11008;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 32;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = DType::kFloat16;
+  return c;
+}
+
+// Llama 3.1 / 3.2: vocabulary 128,256, 8 KV heads, theta 500,000, 128K context by llama3 RoPE
+// scaling of the 8,192-token pre-training context.
+LlamaConfig Llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
+                   double rope_factor, bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 128256;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeType::kLlama3;
+  c.rope_scaling.factor = rope_factor;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.tie_word_embeddings = tied;
+  c.torch_dtype = DType::kBFloat16;
+  return c;
+}
+LlamaConfig Llama32_1B() { return Llama3(2048, 8192, 16, 32, 32.0, true); }   // 1.24B
+LlamaConfig Llama32_3B() { return Llama3(3072, 8192, 28, 24, 32.0, true); }   // 3.21B
+LlamaConfig Llama31_8B() { return Llama3(4096, 14336, 32, 32, 8.0, false); }  // 8.03B
+
+LlamaConfig Mistral7B() {  // mistralai/Mistral-7B-v0.1: 7.24B, sliding window 4096
+  LlamaConfig c;
+  c.family = LlamaFamily::kMistral;
+  c.vocab_size = 32000;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = 32768;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.sliding_window = 4096;
+  c.torch_dtype = DType::kBFloat16;
+  return c;
+}
+
+struct Preset {
+  const char* name;
+  LlamaConfig (*make)();
+};
+constexpr Preset kPresets[] = {
+    {"tiny", Tiny},
+    {"small", Small},
+    {"1b", TinyLlama1B},
+    {"7b", Llama2_7B},
+    {"llama3.2-1b", Llama32_1B},
+    {"llama3.2-3b", Llama32_3B},
+    {"llama3.1-8b", Llama31_8B},
+    {"mistral-7b", Mistral7B},
+};
+
+}  // namespace
+
+std::string LlamaPresetNames() {
+  std::string out;
+  for (const Preset& p : kPresets) {
+    if (!out.empty()) out += ", ";
+    out += p.name;
+  }
+  return out;
 }
 
 Result<LlamaConfig> LlamaPreset(std::string_view name) {
-  LlamaConfig c;
-  c.tie_word_embeddings = false;
-  c.rope_theta = 10000.0;
-  if (name == "tiny") {  // ~0.85M parameters, byte-level, GQA (4 query heads share 2 KV heads)
-    c.vocab_size = 256;
-    c.hidden_size = 128;
-    c.intermediate_size = 384;
-    c.num_hidden_layers = 4;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.max_position_embeddings = 256;
-    c.rms_norm_eps = 1e-5;
-    c.torch_dtype = DType::kFloat32;
-  } else if (name == "small") {  // ~19M parameters, byte-level, GQA
-    c.vocab_size = 256;
-    c.hidden_size = 512;
-    c.intermediate_size = 1536;
-    c.num_hidden_layers = 6;
-    c.num_attention_heads = 8;
-    c.num_key_value_heads = 4;
-    c.max_position_embeddings = 1024;
-    c.rms_norm_eps = 1e-5;
-    c.torch_dtype = DType::kFloat32;
-  } else if (name == "1b") {  // TinyLlama-1.1B (TinyLlama/TinyLlama-1.1B-Chat-v1.0)
-    c.vocab_size = 32000;
-    c.hidden_size = 2048;
-    c.intermediate_size = 5632;
-    c.num_hidden_layers = 22;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 4;
-    c.max_position_embeddings = 2048;
-    c.rms_norm_eps = 1e-5;
-    c.torch_dtype = DType::kBFloat16;
-  } else if (name == "7b") {  // Llama 2 7B (meta-llama/Llama-2-7b-hf)
-    c.vocab_size = 32000;
-    c.hidden_size = 4096;
-    c.intermediate_size = 11008;
-    c.num_hidden_layers = 32;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 32;
-    c.max_position_embeddings = 4096;
-    c.rms_norm_eps = 1e-5;
-    c.torch_dtype = DType::kFloat16;
-  } else {
-    return InvalidArgumentError("unknown Llama preset '" + std::string(name) +
-                                "'; presets: tiny, small, 1b, 7b");
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return p.make();
   }
-  return c;
+  return InvalidArgumentError("unknown Llama preset '" + std::string(name) +
+                              "'; presets: " + LlamaPresetNames());
 }
 
 }  // namespace strata::llama

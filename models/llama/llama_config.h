@@ -1,9 +1,11 @@
 // LlamaConfig: the Hugging Face `config.json` fields of a Llama-family model that Strata
 // implements, read with the field named in every error, and the random-init presets.
 //
-// ReadLlamaConfig refuses what the model does not implement (other architectures, rope_scaling,
-// attention/MLP bias, non-SiLU activations) naming the field, rather than computing something
-// else silently.
+// Families (config.json's `architectures` / `model_type`): LlamaForCausalLM ("llama") and
+// MistralForCausalLM ("mistral": Llama's layers and tensor names, attention limited to a sliding
+// window). ReadLlamaConfig refuses what the model does not implement (other architectures, RoPE
+// types other than default / linear / dynamic / llama3, attention/MLP bias, non-SiLU
+// activations) naming the field and its value, rather than computing something else silently.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +16,15 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "models/llama/llama_rope.h"
 
 namespace strata::llama {
 
+// The architecture a config.json names (one row per family in llama_config.cc's table).
+enum class LlamaFamily { kLlama, kMistral };
+
 struct LlamaConfig {
+  LlamaFamily family = LlamaFamily::kLlama;
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -27,6 +34,10 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // rope_scaling / rope_parameters (llama_rope.h)
+  // MistralForCausalLM: query i attends keys j with i - j < sliding_window (transformers'
+  // sliding-window mask); 0: no window (config null, and every Llama).
+  int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
   DType torch_dtype = DType::kFloat32;  // the checkpoint's storage dtype
 
@@ -42,8 +53,12 @@ Result<LlamaConfig> ReadLlamaConfig(const std::string& model_dir);
 // The config.json object for `config` (as transformers writes it: architectures, model_type...).
 nlohmann::json LlamaConfigJson(const LlamaConfig& config);
 
-// Presets for random initialisation: "tiny" (~1M params), "small" (~20M), "1b" (TinyLlama-1.1B's
-// shape), "7b" (Llama 2 7B's). InvalidArgument naming the allowed presets otherwise.
+// Presets for estimates and random initialisation, with the real models' shapes (and RoPE
+// settings): "tiny" (~1M params), "small" (~20M), "1b" (TinyLlama-1.1B's shape), "7b" (Llama 2
+// 7B's), "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "mistral-7b" (Mistral-7B-v0.1). See the
+// table in llama_config.cc. InvalidArgument naming every preset otherwise.
 Result<LlamaConfig> LlamaPreset(std::string_view name);
+// The preset names, in the table's order, comma-separated.
+std::string LlamaPresetNames();
 
 }  // namespace strata::llama

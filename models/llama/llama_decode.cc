@@ -87,6 +87,13 @@ Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* mod
                                 "max_position_embeddings " +
                                 std::to_string(c.max_position_embeddings));
   }
+  if (c.sliding_window > 0 && max_len > c.sliding_window) {
+    // The cached attention reads every cached key; a window would need its own mask there.
+    return UnimplementedError("LlamaDecoder: max_len " + std::to_string(max_len) +
+                              " (prompt + new tokens) exceeds the model's sliding_window " +
+                              std::to_string(c.sliding_window) +
+                              "; generation past the window is not implemented");
+  }
   std::unique_ptr<LlamaDecoder> d(new LlamaDecoder(model, PlanLlamaKvCache(c, max_batch, max_len)));
   STRATA_RETURN_IF_ERROR(d->Allocate());
   return d;

@@ -29,7 +29,8 @@ class LlamaDecoder final : public infer::CachedLm {
  public:
   // `model` must outlive the decoder, its parameters placed (by the model or an engine).
   // InvalidArgument naming max_len when it exceeds max_position_embeddings, or a non-positive
-  // size; OutOfMemory (device) naming the buffer when the plan does not fit.
+  // size; Unimplemented when max_len exceeds a Mistral sliding_window (the cached attention has
+  // no window); OutOfMemory (device) naming the buffer when the plan does not fit.
   static Result<std::unique_ptr<LlamaDecoder>> Create(LlamaForCausalLM* model, int64_t max_batch,
                                                       int64_t max_len);
   ~LlamaDecoder() override;

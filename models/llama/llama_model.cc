@@ -2,6 +2,7 @@
 
 #include "nn/modules/packed_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -26,7 +27,11 @@ struct LlamaForCausalLM::Impl {
   std::unique_ptr<nn::Linear> lm_head;
   std::unique_ptr<nn::LmHeadLoss> head_loss;  // the head + loss, in chunks of tokens
   std::unique_ptr<nn::ParameterStorage> storage;
-  nn::DeviceBuffer rope_cos, rope_sin;
+  nn::DeviceBuffer rope_cos, rope_sin;  // [max_position_embeddings, head_dim / 2]
+  // Dynamic RoPE past max_position_embeddings: the tables of the last such length (dyn_len).
+  nn::DeviceBuffer dyn_cos, dyn_sin;
+  std::vector<float> host_dyn_cos, host_dyn_sin;
+  int64_t dyn_len = 0;
   // Batch-shaped buffers, sized for (cap_tokens, cap_seq) and reused.
   int64_t cap_batch = 0, cap_seq = 0;
   nn::DeviceBuffer ids, labels, positions, row_start;
@@ -78,6 +83,24 @@ Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
   if (c.max_position_embeddings <= 0) return bad("max_position_embeddings", "must be > 0");
   if (!(c.rms_norm_eps > 0)) return bad("rms_norm_eps", "must be > 0");
   if (!(c.rope_theta > 0)) return bad("rope_theta", "must be > 0");
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != RopeType::kDefault && !(r.factor >= 1.0)) {
+    return bad("rope_scaling.factor", Join({"(", std::to_string(r.factor), ") must be >= 1"}));
+  }
+  if (r.type == RopeType::kDynamic && c.head_dim() <= 2) {
+    return bad("rope_scaling.rope_type", "\"dynamic\" needs head_dim > 2");
+  }
+  if (r.type == RopeType::kLlama3 &&
+      (r.original_max_position_embeddings <= 0 || !(r.low_freq_factor > 0) ||
+       !(r.high_freq_factor > r.low_freq_factor))) {
+    return bad("rope_scaling",
+               "of type \"llama3\" needs original_max_position_embeddings > 0 and "
+               "0 < low_freq_factor < high_freq_factor");
+  }
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && c.family != LlamaFamily::kMistral)) {
+    return bad("sliding_window", Join({"(", std::to_string(c.sliding_window),
+                                       ") must be 0 (none), or > 0 for MistralForCausalLM"}));
+  }
   if (o.lm_head_chunk_tokens < 0 && o.lm_head_chunk_tokens != nn::LmHeadLoss::kAutoChunk) {
     return InvalidArgumentError("LlamaForCausalLM: lm_head_chunk_tokens " +
                                 std::to_string(o.lm_head_chunk_tokens) +
@@ -156,19 +179,12 @@ Status LlamaForCausalLM::Init() {
 
   STRATA_ASSIGN_OR_RETURN(Stream stream, device_->CreateStream());
   Status s = [&]() -> Status {
-    // RoPE tables as transformers computes them: inv_freq and the angles in fp32.
-    const int64_t half = config_.head_dim() / 2, max_pos = config_.max_position_embeddings;
-    std::vector<float> cos(static_cast<size_t>(max_pos * half)), sin(cos.size());
-    for (int64_t j = 0; j < half; ++j) {
-      const float inv_freq = static_cast<float>(
-          1.0 / std::pow(config_.rope_theta, static_cast<double>(static_cast<float>(2 * j) /
-                                                                 static_cast<float>(2 * half))));
-      for (int64_t p = 0; p < max_pos; ++p) {
-        const float angle = static_cast<float>(p) * inv_freq;
-        cos[static_cast<size_t>(p * half + j)] = static_cast<float>(std::cos(angle));
-        sin[static_cast<size_t>(p * half + j)] = static_cast<float>(std::sin(angle));
-      }
-    }
+    // RoPE tables (llama_rope.h): the frequencies of rope_scaling, in double, rounded once.
+    const int64_t max_pos = config_.max_position_embeddings;
+    std::vector<float> cos, sin;
+    RopeTables(
+        RopeInvFreq(config_.rope_scaling, config_.head_dim(), config_.rope_theta, max_pos, max_pos),
+        max_pos, &cos, &sin);
     const size_t bytes = cos.size() * sizeof(float);
     STRATA_ASSIGN_OR_RETURN(impl_->rope_cos,
                             nn::DeviceBuffer::Allocate(device_, bytes, "rope cos"));
@@ -179,9 +195,6 @@ Status LlamaForCausalLM::Init() {
     STRATA_RETURN_IF_ERROR(
         stream.CopyAsync(impl_->rope_sin.data(), sin.data(), bytes, CopyKind::kHostToDevice));
     STRATA_RETURN_IF_ERROR(stream.Synchronize());
-    impl_->info.rope_cos = impl_->rope_cos.f32();
-    impl_->info.rope_sin = impl_->rope_sin.f32();
-    impl_->info.max_pos = max_pos;
     if (options_.allocate_parameters) {
       STRATA_ASSIGN_OR_RETURN(
           impl_->storage,
@@ -276,7 +289,9 @@ Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch,
 Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch& batch) {
   const int64_t b = batch.batch, t = batch.seq_len, n = b * t;
   if (b <= 0 || t <= 0) return InvalidArgumentError("LlamaForCausalLM::Forward: empty batch");
-  if (t > config_.max_position_embeddings) {
+  // Dynamic RoPE rescales its frequencies for longer sequences: what it is for.
+  const bool dynamic = config_.rope_scaling.type == RopeType::kDynamic;
+  if (t > config_.max_position_embeddings && !dynamic) {
     return InvalidArgumentError("LlamaForCausalLM::Forward: seq_len " + std::to_string(t) +
                                 " exceeds max_position_embeddings " +
                                 std::to_string(config_.max_position_embeddings));
@@ -293,10 +308,11 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
   STRATA_RETURN_IF_ERROR(EnsureBuffers(ctx, b, t));
   Impl& m = *impl_;
   m.host_ids.assign(batch.input_ids.begin(), batch.input_ids.end());
-  STRATA_RETURN_IF_ERROR(
-      nn::PackedLayout(batch, config_.max_position_embeddings, &m.host_pos, &m.host_row_start));
+  STRATA_RETURN_IF_ERROR(nn::PackedLayout(
+      batch,
+      dynamic ? std::max(t, config_.max_position_embeddings) : config_.max_position_embeddings,
+      &m.host_pos, &m.host_row_start));
   const bool packed = !batch.segment_ids.empty();
-  m.info.row_start = packed ? static_cast<const int32_t*>(m.row_start.data()) : nullptr;
   m.has_labels = !batch.labels.empty();
   m.num_valid = 0;
   if (m.has_labels) {
@@ -321,11 +337,20 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
     STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.labels.data(), m.host_labels.data(), n * 4,
                                                 CopyKind::kHostToDevice));
   }
+  // Mistral's sliding window: query i sees keys j with i - j < window (and its example's).
+  const int64_t window = config_.sliding_window;
+  const bool windowed = window > 0 && t > window;
+  for (int64_t i = 0; windowed && i < n; ++i) {
+    int32_t& start = m.host_row_start[static_cast<size_t>(i)];
+    start = std::max(start, static_cast<int32_t>(std::max<int64_t>(0, i % t - window + 1)));
+  }
+  m.info.row_start = packed || windowed ? static_cast<const int32_t*>(m.row_start.data()) : nullptr;
+  STRATA_RETURN_IF_ERROR(SelectRope(ctx));
   STRATA_RETURN_IF_ERROR(
       ctx.stream.CopyAsync(m.ids.data(), m.host_ids.data(), n * 4, CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(
       ctx.stream.CopyAsync(m.positions.data(), m.host_pos.data(), n * 4, CopyKind::kHostToDevice));
-  if (packed) {
+  if (m.info.row_start != nullptr) {
     STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.row_start.data(), m.host_row_start.data(), n * 4,
                                                 CopyKind::kHostToDevice));
   }
@@ -350,6 +375,38 @@ Status LlamaForCausalLM::Forward(const nn::RunContext& ctx, const nn::TokenBatch
         m.loss.f32());
   }));
   m.forward_done = true;
+  return Status::Ok();
+}
+
+Status LlamaForCausalLM::SelectRope(const nn::RunContext& ctx) {
+  Impl& m = *impl_;
+  const int64_t max_pos = config_.max_position_embeddings;
+  // The length of the sequence being computed, as transformers takes it: largest position + 1.
+  int64_t len = 0;
+  for (int32_t p : m.host_pos) len = std::max<int64_t>(len, int64_t{p} + 1);
+  if (config_.rope_scaling.type != RopeType::kDynamic || len <= max_pos) {
+    m.info.rope_cos = m.rope_cos.f32();
+    m.info.rope_sin = m.rope_sin.f32();
+    m.info.max_pos = max_pos;
+    return Status::Ok();
+  }
+  if (len != m.dyn_len) {  // the caller synchronized: the host tables are free to rewrite
+    RopeTables(
+        RopeInvFreq(config_.rope_scaling, config_.head_dim(), config_.rope_theta, max_pos, len),
+        len, &m.host_dyn_cos, &m.host_dyn_sin);
+    const size_t bytes = m.host_dyn_cos.size() * sizeof(float);
+    m.dyn_len = 0;
+    STRATA_RETURN_IF_ERROR(Alloc(device_, &m.dyn_cos, bytes, "dynamic rope cos"));
+    STRATA_RETURN_IF_ERROR(Alloc(device_, &m.dyn_sin, bytes, "dynamic rope sin"));
+    STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.dyn_cos.data(), m.host_dyn_cos.data(), bytes,
+                                                CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.dyn_sin.data(), m.host_dyn_sin.data(), bytes,
+                                                CopyKind::kHostToDevice));
+    m.dyn_len = len;
+  }
+  m.info.rope_cos = m.dyn_cos.f32();
+  m.info.rope_sin = m.dyn_sin.f32();
+  m.info.max_pos = len;
   return Status::Ok();
 }
 

@@ -82,8 +82,11 @@ class LlamaForCausalLM final : public nn::CausalLM {
   Device* device() const { return device_; }
 
   // nn::CausalLM. Activation buffers are allocated on the first Forward of a larger batch shape
-  // and reused; batch.seq_len must not exceed max_position_embeddings. Position ids are
-  // 0..seq_len-1 for every sequence (transformers' default). logits() stay valid until Backward,
+  // and reused; batch.seq_len must not exceed max_position_embeddings, but for dynamic RoPE
+  // (llama_rope.h), whose frequencies follow the length of the sequence computed. Position ids
+  // are 0..seq_len-1 for every sequence (transformers' default) unless the batch gives them.
+  // MistralForCausalLM's sliding window narrows every query's keys to the last sliding_window
+  // positions (of its own example, when packed). logits() stay valid until Backward,
   // which overwrites them with their gradient; they are empty when the head ran in chunks
   // (options().lm_head_chunk_tokens below the batch's tokens, with labels).
   Status Forward(const nn::RunContext& ctx, const nn::TokenBatch& batch) override;
@@ -106,6 +109,9 @@ class LlamaForCausalLM final : public nn::CausalLM {
   LlamaForCausalLM(const LlamaConfig& config, Device* device, const LlamaModelOptions& options);
   Status Init();
   Status EnsureBuffers(const nn::RunContext& ctx, int64_t batch, int64_t seq_len);
+  // Points the layers at the RoPE tables for this batch's positions (dynamic RoPE: rebuilt for
+  // a length past max_position_embeddings).
+  Status SelectRope(const nn::RunContext& ctx);
   nn::Tensor Hidden(int64_t layer) const;
 
   struct Impl;

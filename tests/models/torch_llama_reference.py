@@ -6,8 +6,15 @@ under test, and without transformers (not installed).
 Reads a Hugging Face model directory (config.json + model.safetensors, or the shards of
 model.safetensors.index.json, parsed here with numpy) and a tokens file (JSON:
 {"input_ids": [[...]], "labels": [[...]]}; labels as in Hugging Face - the model shifts them,
--100 is ignored), runs forward and backward, and writes a safetensors file of F64 tensors:
-"logits" [B, T, V], "loss" [], and "grad.<parameter name>" for every parameter in the checkpoint.
+-100 is ignored; optionally "segment_ids": [[...]] for examples packed into a row: attention
+stays within an example, positions restart at each, and an example's first token is not
+predicted from the one before), runs forward and backward, and writes a safetensors file of F64
+tensors: "logits" [B, T, V], "loss" [], and "grad.<parameter name>" for every parameter in the
+checkpoint.
+
+Families: LlamaForCausalLM with rope_scaling (or rope_parameters) of type default, linear,
+dynamic or llama3 (transformers' modeling_rope_utils formulas, written out below), and
+MistralForCausalLM with its sliding_window (query i attends keys j with i - j < window).
 
 Run with Debian's interpreter: /usr/bin/python3 torch_llama_reference.py MODEL_DIR TOKENS OUT
 """
@@ -86,21 +93,60 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def llama_forward(cfg, p, input_ids):
+def rope_inv_freq(cfg, head_dim, seq_len):
+    """Inverse frequencies [head_dim / 2]; seq_len = largest position + 1 (dynamic only)."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "linear", "dynamic", "llama3"):
+        raise ValueError(f"rope type {kind}")
+    if kind == "dynamic" and seq_len > cfg["max_position_embeddings"]:
+        # NTK-aware: a larger base for sequences longer than max_position_embeddings.
+        f = rope["factor"]
+        stretch = f * seq_len / cfg["max_position_embeddings"] - (f - 1)
+        theta = theta * stretch ** (head_dim / (head_dim - 2))
+    inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    if kind == "linear":
+        inv_freq = inv_freq / rope["factor"]
+    elif kind == "llama3":
+        f, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        ctx = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (ctx / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * inv_freq / f + smooth * inv_freq
+        inv_freq = torch.where(wavelen < ctx / hi, inv_freq,
+                               torch.where(wavelen > ctx / lo, inv_freq / f, mid))
+    return inv_freq
+
+
+def packing(tokens, B, T):
+    """segment ids [B, T] (one segment per row when not packed) and positions [B, T]."""
+    seg = torch.tensor(tokens["segment_ids"]) if "segment_ids" in tokens else torch.zeros(B, T)
+    pos = torch.zeros(B, T, dtype=torch.float64)
+    for b in range(B):
+        for t in range(1, T):
+            pos[b, t] = pos[b, t - 1] + 1 if seg[b, t] == seg[b, t - 1] else 0
+    return seg, pos
+
+
+def llama_forward(cfg, p, input_ids, seg, pos):
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
     head_dim = hidden // n_heads
     eps = cfg.get("rms_norm_eps", 1e-6)
-    theta = cfg.get("rope_theta", 10000.0)
     B, T = input_ids.shape
 
-    # RoPE (rotate-half convention): angle(t, j) = t * theta^(-2j / head_dim).
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    # RoPE (rotate-half convention): angle(t, j) = position(t) * inv_freq[j].
+    inv_freq = rope_inv_freq(cfg, head_dim, int(pos.max()) + 1)
+    angles = pos[:, :, None] * inv_freq[None, None, :]  # [B, T, head_dim / 2]
     emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos(), emb.sin()  # [T, head_dim]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]  # [B, 1, T, head_dim]
+    qi, kj = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (kj <= qi)[None] & (seg[:, :, None] == seg[:, None, :])  # [B, T, T]
+    if cfg.get("model_type") == "mistral" and cfg.get("sliding_window") is not None:
+        allowed = allowed & (qi - kj < cfg["sliding_window"])[None]
+    allowed = allowed[:, None]  # [B, 1, T, T]
 
     h = p["model.embed_tokens.weight"][input_ids]  # [B, T, hidden]
     for i in range(cfg["num_hidden_layers"]):
@@ -116,7 +162,7 @@ def llama_forward(cfg, p, input_ids):
         k = k.repeat_interleave(n_heads // n_kv, dim=1)
         v = v.repeat_interleave(n_heads // n_kv, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)
-        scores = scores.masked_fill(~causal, float("-inf"))
+        scores = scores.masked_fill(~allowed, float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # [B, heads, T, hd]
         attn = attn.transpose(1, 2).reshape(B, T, hidden)
         h = h + attn @ p[pre + "self_attn.o_proj.weight"].T
@@ -142,11 +188,14 @@ def main(argv):
     input_ids = torch.tensor(tokens["input_ids"], dtype=torch.long)
     labels = torch.tensor(tokens["labels"], dtype=torch.long)
 
-    logits = llama_forward(cfg, params, input_ids)
+    seg, pos = packing(tokens, *input_ids.shape)
+    logits = llama_forward(cfg, params, input_ids, seg, pos)
     vocab = logits.shape[-1]
-    # Hugging Face's loss: position t predicts labels[t + 1]; mean over labels that are not -100.
+    # Hugging Face's loss: position t predicts labels[t + 1]; mean over labels that are not -100
+    # (nor the first token of a packed example).
+    targets = labels[:, 1:].masked_fill(seg[:, 1:] != seg[:, :-1], -100)
     loss = torch.nn.functional.cross_entropy(
-        logits[:, :-1, :].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100)
+        logits[:, :-1, :].reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
     loss.backward()
 
     out = {"logits": logits, "loss": loss.reshape(())}
