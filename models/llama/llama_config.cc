@@ -5,16 +5,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/llama/qwen_config.h"
+
 namespace strata::llama {
 namespace {
 
 std::string Field(std::string_view source, std::string_view key) {
   return std::string(source) + ": config field '" + std::string(key) + "'";
-}
-
-bool IsNull(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null();
 }
 
 // Reads a positive integer field if present (HF's default stays otherwise).
@@ -85,9 +82,12 @@ Status ReadRope(const nlohmann::json& j, std::string_view source, const char* ke
 
 int64_t LlamaConfig::NumParameters() const {
   const int64_t h = hidden_size, kv = num_key_value_heads * head_dim();
-  const int64_t attention = 2 * h * h + 2 * h * kv;  // q, o; k, v
-  const int64_t mlp = 3 * h * intermediate_size;     // gate, up, down
-  const int64_t layer = attention + mlp + 2 * h;     // + input and post-attention RMSNorm
+  const int64_t q = num_attention_heads * head_dim();
+  int64_t attention = 2 * h * q + 2 * h * kv;     // q, o; k, v
+  if (qkv_bias) attention += q + 2 * kv;          // Qwen2: q, k, v biases
+  if (qk_norm) attention += 2 * head_dim();       // Qwen3: q_norm, k_norm
+  const int64_t mlp = 3 * h * intermediate_size;  // gate, up, down
+  const int64_t layer = attention + mlp + 2 * h;  // + input and post-attention RMSNorm
   const int64_t embed = vocab_size * h;
   return embed + num_hidden_layers * layer + h + (tie_word_embeddings ? 0 : embed);
 }
@@ -96,15 +96,17 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
   if (!j.is_object()) {
     return InvalidArgumentError(std::string(source) + ": config is not a JSON object");
   }
+  const int qwen = QwenVersionOf(j);  // models/llama/qwen_config.h
   if (const auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() != 1 || *it->begin() != "LlamaForCausalLM") {
+    if (qwen == 0 && (!it->is_array() || it->size() != 1 || *it->begin() != "LlamaForCausalLM")) {
       return UnimplementedError(Field(source, "architectures") + " = " + it->dump() +
-                                ": Strata implements [\"LlamaForCausalLM\"] only");
+                                ": Strata implements [\"LlamaForCausalLM\"], "
+                                "[\"Qwen2ForCausalLM\"] and [\"Qwen3ForCausalLM\"]");
     }
   }
-  if (const auto it = j.find("model_type"); it != j.end() && *it != "llama") {
+  if (const auto it = j.find("model_type"); it != j.end() && qwen == 0 && *it != "llama") {
     return UnimplementedError(Field(source, "model_type") + " = " + it->dump() +
-                              ": Strata implements \"llama\" only");
+                              ": Strata implements \"llama\", \"qwen2\" and \"qwen3\"");
   }
   if (const auto it = j.find("hidden_act"); it != j.end() && *it != "silu") {
     return UnimplementedError(Field(source, "hidden_act") + " = " + it->dump() +
@@ -161,7 +163,9 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
     break;
   }
 
-  if (c.hidden_size % c.num_attention_heads != 0) {
+  STRATA_RETURN_IF_ERROR(ReadPositive(j, source, "head_dim", &c.explicit_head_dim));
+  if (qwen != 0) STRATA_RETURN_IF_ERROR(ParseQwenFields(j, source, &c));
+  if (c.explicit_head_dim == 0 && c.hidden_size % c.num_attention_heads != 0) {
     return InvalidArgumentError(Field(source, "num_attention_heads") + " = " +
                                 std::to_string(c.num_attention_heads) +
                                 " does not divide hidden_size = " + std::to_string(c.hidden_size));
@@ -170,15 +174,6 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
     return InvalidArgumentError(
         Field(source, "num_key_value_heads") + " = " + std::to_string(c.num_key_value_heads) +
         " does not divide num_attention_heads = " + std::to_string(c.num_attention_heads));
-  }
-  if (!IsNull(j, "head_dim")) {
-    const auto& hd = j["head_dim"];
-    if (!hd.is_number_integer() || hd.get<int64_t>() != c.head_dim()) {
-      return UnimplementedError(Field(source, "head_dim") + " = " + hd.dump() +
-                                ": Strata implements head_dim = hidden_size / "
-                                "num_attention_heads = " +
-                                std::to_string(c.head_dim()) + " only");
-    }
   }
   if (c.head_dim() % 2 != 0) {
     return InvalidArgumentError(std::string(source) + ": head_dim " + std::to_string(c.head_dim()) +
@@ -202,7 +197,7 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
   const std::string_view dtype = c.torch_dtype == DType::kFloat32   ? "float32"
                                  : c.torch_dtype == DType::kFloat16 ? "float16"
                                                                     : "bfloat16";
-  return {
+  nlohmann::json j = {
       {"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
@@ -229,9 +224,12 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
       {"use_cache", true},
       {"vocab_size", c.vocab_size},
   };
+  ApplyQwenConfigJson(c, &j);  // Qwen2 / Qwen3: their architectures and fields
+  return j;
 }
 
 Result<LlamaConfig> LlamaPreset(std::string_view name) {
+  if (Result<LlamaConfig> qwen = QwenPreset(name); qwen.ok()) return qwen;
   LlamaConfig c;
   c.tie_word_embeddings = false;
   c.rope_theta = 10000.0;
@@ -277,7 +275,8 @@ Result<LlamaConfig> LlamaPreset(std::string_view name) {
     c.torch_dtype = DType::kFloat16;
   } else {
     return InvalidArgumentError("unknown Llama preset '" + std::string(name) +
-                                "'; presets: tiny, small, 1b, 7b");
+                                "'; presets: tiny, small, 1b, 7b, " +
+                                std::string(kQwenPresetNames));
   }
   return c;
 }

@@ -3,7 +3,7 @@
 //
 // ReadLlamaConfig refuses what the model does not implement (other architectures, rope_scaling,
 // attention/MLP bias, non-SiLU activations) naming the field, rather than computing something
-// else silently.
+// else silently. Qwen2 / Qwen3 configs are read too (qwen_config.h: their switches below).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,21 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   bool tie_word_embeddings = false;
   DType torch_dtype = DType::kFloat32;  // the checkpoint's storage dtype
+  // config.json's head_dim when it is set (Qwen3: 128 at hidden 1024 / 16 heads); 0: hidden_size /
+  // num_attention_heads. q_proj is [heads * head_dim, hidden], o_proj [hidden, heads * head_dim].
+  int64_t explicit_head_dim = 0;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Qwen families (models/llama/qwen_config.h): 2 = Qwen2ForCausalLM (Qwen2 / Qwen2.5), 3 =
+  // Qwen3ForCausalLM, 0 = not Qwen. qkv_bias: q_proj, k_proj, v_proj carry biases (Qwen2);
+  // qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q and k before
+  // RoPE (Qwen3).
+  int qwen_version = 0;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+
+  int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
+  }
   // Number of parameters (embedding, layers, final norm, LM head unless tied).
   int64_t NumParameters() const;
 };
@@ -43,7 +56,8 @@ Result<LlamaConfig> ReadLlamaConfig(const std::string& model_dir);
 nlohmann::json LlamaConfigJson(const LlamaConfig& config);
 
 // Presets for random initialisation: "tiny" (~1M params), "small" (~20M), "1b" (TinyLlama-1.1B's
-// shape), "7b" (Llama 2 7B's). InvalidArgument naming the allowed presets otherwise.
+// shape), "7b" (Llama 2 7B's), and the Qwen presets (qwen_config.h: qwen2.5-0.5b, qwen3-0.6b,
+// qwen3-4b). InvalidArgument naming the allowed presets otherwise.
 Result<LlamaConfig> LlamaPreset(std::string_view name);
 
 }  // namespace strata::llama
