@@ -5,16 +5,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/llama/qwen_config.h"
+
 namespace strata::llama {
 namespace {
 
 std::string Field(std::string_view source, std::string_view key) {
   return std::string(source) + ": config field '" + std::string(key) + "'";
-}
-
-bool IsNull(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null();
 }
 
 // Reads a positive integer field if present (HF's default stays otherwise).
@@ -84,6 +81,8 @@ struct Architecture {
 constexpr Architecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", LlamaFamily::kLlama},
     {"MistralForCausalLM", "mistral", LlamaFamily::kMistral},
+    {"Qwen2ForCausalLM", "qwen2", LlamaFamily::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", LlamaFamily::kQwen3},
 };
 
 const Architecture& ArchitectureOf(LlamaFamily family) {
@@ -155,9 +154,12 @@ Status ReadSlidingWindow(const nlohmann::json& j, std::string_view source, Llama
 
 int64_t LlamaConfig::NumParameters() const {
   const int64_t h = hidden_size, kv = num_key_value_heads * head_dim();
-  const int64_t attention = 2 * h * h + 2 * h * kv;  // q, o; k, v
-  const int64_t mlp = 3 * h * intermediate_size;     // gate, up, down
-  const int64_t layer = attention + mlp + 2 * h;     // + input and post-attention RMSNorm
+  const int64_t q = num_attention_heads * head_dim();
+  int64_t attention = 2 * h * q + 2 * h * kv;     // q, o; k, v
+  if (qkv_bias) attention += q + 2 * kv;          // Qwen2: q, k, v biases
+  if (qk_norm) attention += 2 * head_dim();       // Qwen3: q_norm, k_norm
+  const int64_t mlp = 3 * h * intermediate_size;  // gate, up, down
+  const int64_t layer = attention + mlp + 2 * h;  // + input and post-attention RMSNorm
   const int64_t embed = vocab_size * h;
   return embed + num_hidden_layers * layer + h + (tie_word_embeddings ? 0 : embed);
 }
@@ -168,6 +170,7 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
   }
   LlamaConfig c;  // transformers' LlamaConfig defaults
   STRATA_RETURN_IF_ERROR(ReadFamily(j, source, &c.family));
+  const int qwen = c.family == LlamaFamily::kQwen2 ? 2 : c.family == LlamaFamily::kQwen3 ? 3 : 0;
   if (const auto it = j.find("hidden_act"); it != j.end() && *it != "silu") {
     return UnimplementedError(Field(source, "hidden_act") + " = " + it->dump() +
                               ": Strata implements \"silu\" only");
@@ -222,7 +225,9 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
     break;
   }
 
-  if (c.hidden_size % c.num_attention_heads != 0) {
+  STRATA_RETURN_IF_ERROR(ReadPositive(j, source, "head_dim", &c.explicit_head_dim));
+  if (qwen != 0) STRATA_RETURN_IF_ERROR(ParseQwenFields(j, source, &c));
+  if (c.explicit_head_dim == 0 && c.hidden_size % c.num_attention_heads != 0) {
     return InvalidArgumentError(Field(source, "num_attention_heads") + " = " +
                                 std::to_string(c.num_attention_heads) +
                                 " does not divide hidden_size = " + std::to_string(c.hidden_size));
@@ -231,15 +236,6 @@ Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view s
     return InvalidArgumentError(
         Field(source, "num_key_value_heads") + " = " + std::to_string(c.num_key_value_heads) +
         " does not divide num_attention_heads = " + std::to_string(c.num_attention_heads));
-  }
-  if (!IsNull(j, "head_dim")) {
-    const auto& hd = j["head_dim"];
-    if (!hd.is_number_integer() || hd.get<int64_t>() != c.head_dim()) {
-      return UnimplementedError(Field(source, "head_dim") + " = " + hd.dump() +
-                                ": Strata implements head_dim = hidden_size / "
-                                "num_attention_heads = " +
-                                std::to_string(c.head_dim()) + " only");
-    }
   }
   if (c.head_dim() % 2 != 0) {
     return InvalidArgumentError(std::string(source) + ": head_dim " + std::to_string(c.head_dim()) +
@@ -295,6 +291,7 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
     for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp"}) j.erase(key);
     j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
   }
+  ApplyQwenConfigJson(c, &j);  // Qwen2 / Qwen3: their architectures and fields (qwen_config.h)
   return j;
 }
 
@@ -425,10 +422,11 @@ std::string LlamaPresetNames() {
     if (!out.empty()) out += ", ";
     out += p.name;
   }
-  return out;
+  return out + ", " + std::string(kQwenPresetNames);
 }
 
 Result<LlamaConfig> LlamaPreset(std::string_view name) {
+  if (Result<LlamaConfig> qwen = QwenPreset(name); qwen.ok()) return qwen;  // qwen_config.h
   for (const Preset& p : kPresets) {
     if (name == p.name) return p.make();
   }

@@ -3,9 +3,11 @@
 //
 // Families (config.json's `architectures` / `model_type`): LlamaForCausalLM ("llama") and
 // MistralForCausalLM ("mistral": Llama's layers and tensor names, attention limited to a sliding
-// window). ReadLlamaConfig refuses what the model does not implement (other architectures, RoPE
-// types other than default / linear / dynamic / llama3, attention/MLP bias, non-SiLU
-// activations) naming the field and its value, rather than computing something else silently.
+// window), Qwen2ForCausalLM / Qwen3ForCausalLM (qwen_config.h: q/k/v biases; q/k norms and an
+// explicit head_dim). ReadLlamaConfig refuses what the model does not implement (other
+// architectures, RoPE types other than default / linear / dynamic / llama3, attention/MLP bias,
+// non-SiLU activations) naming the field and its value, rather than computing something else
+// silently.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@
 namespace strata::llama {
 
 // The architecture a config.json names (one row per family in llama_config.cc's table).
-enum class LlamaFamily { kLlama, kMistral };
+enum class LlamaFamily { kLlama, kMistral, kQwen2, kQwen3 };
 
 struct LlamaConfig {
   LlamaFamily family = LlamaFamily::kLlama;
@@ -40,8 +42,21 @@ struct LlamaConfig {
   int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
   DType torch_dtype = DType::kFloat32;  // the checkpoint's storage dtype
+  // config.json's head_dim when it is set (Qwen3: 128 at hidden 1024 / 16 heads); 0: hidden_size /
+  // num_attention_heads. q_proj is [heads * head_dim, hidden], o_proj [hidden, heads * head_dim].
+  int64_t explicit_head_dim = 0;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Qwen families (models/llama/qwen_config.h): 2 = Qwen2ForCausalLM (Qwen2 / Qwen2.5), 3 =
+  // Qwen3ForCausalLM, 0 = not Qwen. qkv_bias: q_proj, k_proj, v_proj carry biases (Qwen2);
+  // qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q and k before
+  // RoPE (Qwen3).
+  int qwen_version = 0;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+
+  int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
+  }
   // Number of parameters (embedding, layers, final norm, LM head unless tied).
   int64_t NumParameters() const;
 };
@@ -55,7 +70,8 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& config);
 
 // Presets for estimates and random initialisation, with the real models' shapes (and RoPE
 // settings): "tiny" (~1M params), "small" (~20M), "1b" (TinyLlama-1.1B's shape), "7b" (Llama 2
-// 7B's), "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "mistral-7b" (Mistral-7B-v0.1). See the
+// 7B's), "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "mistral-7b" (Mistral-7B-v0.1),
+// and the Qwen presets (qwen_config.h: qwen2.5-0.5b, qwen3-0.6b, qwen3-4b). See the
 // table in llama_config.cc. InvalidArgument naming every preset otherwise.
 Result<LlamaConfig> LlamaPreset(std::string_view name);
 // The preset names, in the table's order, comma-separated.

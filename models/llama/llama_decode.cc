@@ -24,10 +24,11 @@ namespace {
 constexpr uint64_t kF = sizeof(float);
 
 struct Sizes {
-  uint64_t n, h, kv, i, v, layers, batch, len;
+  uint64_t n, h, qd, kv, i, v, layers, batch, len;
   Sizes(const LlamaConfig& c, int64_t batch_, int64_t len_)
       : n(static_cast<uint64_t>(batch_ * len_)),
         h(static_cast<uint64_t>(c.hidden_size)),
+        qd(static_cast<uint64_t>(c.num_attention_heads * c.head_dim())),
         kv(static_cast<uint64_t>(c.num_key_value_heads * c.head_dim())),
         i(static_cast<uint64_t>(c.intermediate_size)),
         v(static_cast<uint64_t>(c.vocab_size)),
@@ -62,9 +63,13 @@ infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& c, int64_t max_batch, int
   p.cache_bytes = 2 * z.cache_one();
   // ids, positions; hidden ping-pong; norm1, q, attention, h1, norm2; k, v; gate, up, act;
   // the last rows, their norm and logits; every RmsNorm's statistics (n floats each).
-  p.workspace_bytes = 2 * z.n * 4 + 2 * z.n * z.h * kF + 5 * z.n * z.h * kF + 2 * z.n * z.kv * kF +
-                      3 * z.n * z.i * kF + 2 * z.batch * z.h * kF + z.batch * z.v * kF +
-                      (2 * z.layers + 1) * z.n * kF;
+  p.workspace_bytes = 2 * z.n * 4 + 2 * z.n * z.h * kF + 3 * z.n * z.h * kF + 2 * z.n * z.qd * kF +
+                      2 * z.n * z.kv * kF + 3 * z.n * z.i * kF + 2 * z.batch * z.h * kF +
+                      z.batch * z.v * kF + (2 * z.layers + 1) * z.n * kF;
+  if (c.qk_norm) {  // Qwen3: q and k before their norms; the norms' statistics (a row per head)
+    const uint64_t heads = static_cast<uint64_t>(c.num_attention_heads + c.num_key_value_heads);
+    p.workspace_bytes += z.n * (z.qd + z.kv) * kF + z.layers * z.n * heads * kF;
+  }
   return p;
 }
 
@@ -113,10 +118,14 @@ Status LlamaDecoder::Allocate() {
   STRATA_RETURN_IF_ERROR(Alloc(d, &b->y, z.n * z.h * kF, "hidden"));
   LayerActivations& a = b->acts;
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm1, z.n * z.h * kF, "norm1"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.q, z.n * z.h * kF, "q"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.q, z.n * z.qd * kF, "q"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.k, z.n * z.kv * kF, "k"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.v, z.n * z.kv * kF, "v"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.attn, z.n * z.h * kF, "attention output"));
+  if (c.qk_norm) {
+    STRATA_RETURN_IF_ERROR(Alloc(d, &a.q_raw, z.n * z.qd * kF, "q before q_norm"));
+    STRATA_RETURN_IF_ERROR(Alloc(d, &a.k_raw, z.n * z.kv * kF, "k before k_norm"));
+  }
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a.attn, z.n * z.qd * kF, "attention output"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.h1, z.n * z.h * kF, "residual"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm2, z.n * z.h * kF, "norm2"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a.gate, z.n * z.i * kF, "gate"));
@@ -135,8 +144,9 @@ uint64_t LlamaDecoder::allocated_bytes() const {
   const LayerActivations& a = b.acts;
   uint64_t sum = 0;
   for (const nn::DeviceBuffer* x :
-       {&b.ids, &b.pos, &b.x, &b.y, &b.last, &b.normf, &b.logits, &b.k_cache, &b.v_cache, &a.norm1,
-        &a.q, &a.k, &a.v, &a.attn, &a.h1, &a.norm2, &a.gate, &a.up, &a.act}) {
+       {&b.ids,     &b.pos,     &b.x,     &b.y,  &b.last, &b.normf, &b.logits,
+        &b.k_cache, &b.v_cache, &a.norm1, &a.q,  &a.k,    &a.v,     &a.attn,
+        &a.h1,      &a.norm2,   &a.gate,  &a.up, &a.act,  &a.q_raw, &a.k_raw}) {
     sum += x->size();
   }
   return sum;
@@ -227,8 +237,9 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
   LayerActivations& a = B.acts;
   LlamaModel& m = model_->model();
   const Tensor x = F32(B.x, n, h), y = F32(B.y, n, h), norm1 = F32(a.norm1, n, h);
-  const Tensor q = F32(a.q, n, h), k = F32(a.k, n, kvd), v = F32(a.v, n, kvd);
-  const Tensor attn = F32(a.attn, n, h), h1 = F32(a.h1, n, h), norm2 = F32(a.norm2, n, h);
+  const int64_t qd = c.num_attention_heads * d;
+  const Tensor q = F32(a.q, n, qd), k = F32(a.k, n, kvd), v = F32(a.v, n, kvd);
+  const Tensor attn = F32(a.attn, n, qd), h1 = F32(a.h1, n, h), norm2 = F32(a.norm2, n, h);
   (void)i;
   auto layer_body = [&](int64_t l, const Tensor& in, const Tensor& out) -> Status {
     LlamaDecoderLayer& layer = *m.layer[static_cast<size_t>(l)];
@@ -236,8 +247,16 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
     STRATA_RETURN_IF_ERROR(layer.input_layernorm.Forward(ctx, in, norm1));
     LlamaAttention& at = layer.self_attn;
     STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(at, ctx, [&]() -> Status {
-      STRATA_RETURN_IF_ERROR(at.q_proj.Forward(ctx, norm1, q));
-      STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k));
+      if (at.q_norm != nullptr) {  // Qwen3: per-head norms before RoPE
+        const Tensor q_raw = F32(a.q_raw, n, qd), k_raw = F32(a.k_raw, n, kvd);
+        STRATA_RETURN_IF_ERROR(at.q_proj.Forward(ctx, norm1, q_raw));
+        STRATA_RETURN_IF_ERROR(at.q_norm->Forward(ctx, q_raw, q));
+        STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k_raw));
+        STRATA_RETURN_IF_ERROR(at.k_norm->Forward(ctx, k_raw, k));
+      } else {
+        STRATA_RETURN_IF_ERROR(at.q_proj.Forward(ctx, norm1, q));
+        STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k));
+      }
       STRATA_RETURN_IF_ERROR(at.v_proj.Forward(ctx, norm1, v));
       STRATA_RETURN_IF_ERROR(nn::Rope(s, q.f32(), n, c.num_attention_heads, d, model_->rope_cos(),
                                       model_->rope_sin(), pos, c.max_position_embeddings, false));

@@ -26,11 +26,16 @@ ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, b
   const uint64_t v = static_cast<uint64_t>(c.vocab_size);
   const uint64_t heads = static_cast<uint64_t>(c.num_attention_heads);
   const uint64_t layers = static_cast<uint64_t>(c.num_hidden_layers);
+  const uint64_t qd = static_cast<uint64_t>(c.num_attention_heads * c.head_dim());
   const bool cpu_ckpt = checkpointing && cpu_checkpointing;
-  const uint64_t layer_acts =
-      5 * Dev(n * h * f) + 2 * Dev(n * kv * f) + Dev(b * heads * s * s * f) + 3 * Dev(n * in * f);
-  const uint64_t grads =
-      6 * Dev(n * h * f) + Dev(n * in * f) + 2 * Dev(n * kv * f) + Dev(s * s * f);
+  // norm1, h1, norm2; q, attention output; k, v; probs; gate, up, act (+ Qwen3's q, k before
+  // their norms).
+  uint64_t layer_acts = 3 * Dev(n * h * f) + 2 * Dev(n * qd * f) + 2 * Dev(n * kv * f) +
+                        Dev(b * heads * s * s * f) + 3 * Dev(n * in * f);
+  if (c.qk_norm) layer_acts += Dev(n * qd * f) + Dev(n * kv * f);
+  // d_norm, d_tmp, d_h1, y_scratch; d_attn, dq; d_act; dk, dv; scratch.
+  const uint64_t grads = 4 * Dev(n * h * f) + 2 * Dev(n * qd * f) + Dev(n * in * f) +
+                         2 * Dev(n * kv * f) + Dev(s * s * f);
   ActivationBytes a;
   a.device_bytes += 3 * Dev(n * 4);                                // ids, labels, positions
   a.device_bytes += (cpu_ckpt ? 2 : layers + 1) * Dev(n * h * f);  // hidden states
@@ -43,6 +48,11 @@ ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, b
       Dev(n * h * f) + Dev(head_rows * v * f) + Dev(n * f) + Dev(f);  // norm, logits, lse, loss
   a.device_bytes += 3 * Dev(n * h * f);                               // d_final_norm, d_hidden x 2
   a.device_bytes += (2 * layers + 1) * Dev(n * f);                    // RmsNorm rstd
+  if (c.qk_norm) {  // q_norm / k_norm rstd: one float per token and head
+    const uint64_t kvh = static_cast<uint64_t>(c.num_key_value_heads);
+    a.device_bytes += layers * (Dev(n * heads * f) + Dev(n * kvh * f));
+  }
+  if (c.qkv_bias) a.device_bytes += 3 * layers * Dev(n * f);  // each biased Linear's ones
   if (cpu_ckpt && layers > 0) a.pinned_bytes = Pinned(n * h * f) * layers;
   a.host_bytes = 5 * n * 4;  // the model's ids / positions / labels, the loop's ids / labels
   return a;
@@ -61,10 +71,18 @@ ModelShape LlamaFootprint(const LlamaConfig& c, int64_t micro_batch, int64_t seq
   const uint64_t q = static_cast<uint64_t>(c.num_attention_heads * c.head_dim());
   m.param_numels.push_back(v * h);  // embed_tokens
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    // self_attn q, k, v, o; mlp gate, up, down; input_layernorm, post_attention_layernorm.
-    for (uint64_t n : {q * h, kv * h, kv * h, h * q, in * h, in * h, h * in, h, h}) {
+    // self_attn q, k, v (each with its bias in Qwen2), o (then Qwen3's q_norm, k_norm); mlp
+    // gate, up, down; input_layernorm, post_attention_layernorm (transformers' order).
+    for (uint64_t n : {q * h, kv * h, kv * h}) {
       m.param_numels.push_back(n);
+      if (c.qkv_bias) m.param_numels.push_back(n / h);
     }
+    m.param_numels.push_back(h * q);
+    if (c.qk_norm) {
+      m.param_numels.push_back(static_cast<uint64_t>(c.head_dim()));
+      m.param_numels.push_back(static_cast<uint64_t>(c.head_dim()));
+    }
+    for (uint64_t n : {in * h, in * h, h * in, h, h}) m.param_numels.push_back(n);
   }
   m.param_numels.push_back(h);                                  // model.norm
   if (!c.tie_word_embeddings) m.param_numels.push_back(v * h);  // lm_head

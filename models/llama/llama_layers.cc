@@ -35,14 +35,18 @@ Status Alloc(Device* d, nn::DeviceBuffer* b, int64_t numel, const char* what) {
 Status AllocateActivations(Device* d, const LlamaConfig& c, const LlamaBatchInfo& info,
                            LayerActivations* a) {
   const int64_t n = info.tokens(), h = c.hidden_size, kv = c.num_key_value_heads * c.head_dim();
-  const int64_t i = c.intermediate_size;
+  const int64_t i = c.intermediate_size, qd = c.num_attention_heads * c.head_dim();
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->norm1, n * h, "norm1"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a->q, n * h, "q"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a->q, n * qd, "q"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->k, n * kv, "k"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->v, n * kv, "v"));
+  if (c.qk_norm) {
+    STRATA_RETURN_IF_ERROR(Alloc(d, &a->q_raw, n * qd, "q before q_norm"));
+    STRATA_RETURN_IF_ERROR(Alloc(d, &a->k_raw, n * kv, "k before k_norm"));
+  }
   STRATA_RETURN_IF_ERROR(Alloc(
       d, &a->probs, info.batch * c.num_attention_heads * info.seq * info.seq, "attention probs"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a->attn, n * h, "attention output"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &a->attn, n * qd, "attention output"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->h1, n * h, "residual"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->norm2, n * h, "norm2"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &a->gate, n * i, "gate"));
@@ -52,12 +56,13 @@ Status AllocateActivations(Device* d, const LlamaConfig& c, const LlamaBatchInfo
 
 Status AllocateGrads(Device* d, const LlamaConfig& c, const LlamaBatchInfo& info, LayerGrads* g) {
   const int64_t n = info.tokens(), h = c.hidden_size, kv = c.num_key_value_heads * c.head_dim();
+  const int64_t qd = c.num_attention_heads * c.head_dim();
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_norm, n * h, "d_norm"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_tmp, n * h, "d_tmp"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_h1, n * h, "d_h1"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_act, n * c.intermediate_size, "d_act"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_attn, n * h, "d_attn"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &g->dq, n * h, "dq"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &g->d_attn, n * qd, "d_attn"));
+  STRATA_RETURN_IF_ERROR(Alloc(d, &g->dq, n * qd, "dq"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->dk, n * kv, "dk"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->dv, n * kv, "dv"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &g->scratch, info.seq * info.seq, "attention scratch"));
@@ -68,9 +73,9 @@ Status AllocateGrads(Device* d, const LlamaConfig& c, const LlamaBatchInfo& info
 
 LlamaAttention::LlamaAttention(const LlamaConfig& c, DType dtype, const LlamaBatchInfo* info)
     : UnaryModule("self_attn"),
-      q_proj("q_proj", c.hidden_size, c.num_attention_heads * c.head_dim(), dtype),
-      k_proj("k_proj", c.hidden_size, c.num_key_value_heads * c.head_dim(), dtype),
-      v_proj("v_proj", c.hidden_size, c.num_key_value_heads * c.head_dim(), dtype),
+      q_proj("q_proj", c.hidden_size, c.num_attention_heads * c.head_dim(), dtype, c.qkv_bias),
+      k_proj("k_proj", c.hidden_size, c.num_key_value_heads * c.head_dim(), dtype, c.qkv_bias),
+      v_proj("v_proj", c.hidden_size, c.num_key_value_heads * c.head_dim(), dtype, c.qkv_bias),
       o_proj("o_proj", c.num_attention_heads * c.head_dim(), c.hidden_size, dtype),
       c_(c),
       info_(info) {
@@ -78,6 +83,12 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, DType dtype, const LlamaBat
   RegisterModule(&k_proj);
   RegisterModule(&v_proj);
   RegisterModule(&o_proj);
+  if (c.qk_norm) {  // after o_proj, as transformers' Qwen3Attention declares them
+    q_norm = std::make_unique<nn::RmsNorm>("q_norm", c.head_dim(), c.rms_norm_eps, dtype);
+    k_norm = std::make_unique<nn::RmsNorm>("k_norm", c.head_dim(), c.rms_norm_eps, dtype);
+    RegisterModule(q_norm.get());
+    RegisterModule(k_norm.get());
+  }
   k_proj.set_accumulate_input_grad(true);
   v_proj.set_accumulate_input_grad(true);
 }
@@ -100,11 +111,19 @@ nn::AttentionArgs LlamaAttention::Args() const {
 }
 
 Status LlamaAttention::DoForward(const nn::RunContext& ctx, const Tensor& x, const Tensor& y) {
-  const int64_t n = info_->tokens(), h = c_.hidden_size, d = c_.head_dim();
+  const int64_t n = info_->tokens(), d = c_.head_dim(), h = c_.num_attention_heads * d;
   const int64_t kv = c_.num_key_value_heads * d;
   const Tensor q = F32(acts_->q, n, h), k = F32(acts_->k, n, kv), v = F32(acts_->v, n, kv);
-  STRATA_RETURN_IF_ERROR(q_proj.Forward(ctx, x, q));
-  STRATA_RETURN_IF_ERROR(k_proj.Forward(ctx, x, k));
+  if (q_norm != nullptr) {  // Qwen3: q_norm / k_norm over each head, before RoPE
+    const Tensor q_raw = F32(acts_->q_raw, n, h), k_raw = F32(acts_->k_raw, n, kv);
+    STRATA_RETURN_IF_ERROR(q_proj.Forward(ctx, x, q_raw));
+    STRATA_RETURN_IF_ERROR(q_norm->Forward(ctx, q_raw, q));
+    STRATA_RETURN_IF_ERROR(k_proj.Forward(ctx, x, k_raw));
+    STRATA_RETURN_IF_ERROR(k_norm->Forward(ctx, k_raw, k));
+  } else {
+    STRATA_RETURN_IF_ERROR(q_proj.Forward(ctx, x, q));
+    STRATA_RETURN_IF_ERROR(k_proj.Forward(ctx, x, k));
+  }
   STRATA_RETURN_IF_ERROR(v_proj.Forward(ctx, x, v));
   STRATA_RETURN_IF_ERROR(nn::Rope(ctx.stream, q.f32(), n, c_.num_attention_heads, d,
                                   info_->rope_cos, info_->rope_sin, info_->positions,
@@ -117,7 +136,7 @@ Status LlamaAttention::DoForward(const nn::RunContext& ctx, const Tensor& x, con
 }
 
 Status LlamaAttention::DoBackward(const nn::RunContext& ctx, const Tensor& dy, const Tensor& dx) {
-  const int64_t n = info_->tokens(), h = c_.hidden_size, d = c_.head_dim();
+  const int64_t n = info_->tokens(), d = c_.head_dim(), h = c_.num_attention_heads * d;
   const int64_t kv = c_.num_key_value_heads * d;
   const Tensor d_attn = F32(grads_->d_attn, n, h);
   STRATA_RETURN_IF_ERROR(o_proj.Backward(ctx, dy, d_attn));
@@ -132,8 +151,18 @@ Status LlamaAttention::DoBackward(const nn::RunContext& ctx, const Tensor& dy, c
                                   info_->rope_sin, info_->positions, info_->max_pos, true));
   STRATA_RETURN_IF_ERROR(nn::Rope(ctx.stream, a.dk, n, c_.num_key_value_heads, d, info_->rope_cos,
                                   info_->rope_sin, info_->positions, info_->max_pos, true));
-  STRATA_RETURN_IF_ERROR(q_proj.Backward(ctx, F32(grads_->dq, n, h), dx));
-  STRATA_RETURN_IF_ERROR(k_proj.Backward(ctx, F32(grads_->dk, n, kv), dx));
+  if (q_norm != nullptr) {
+    // Through q_norm / k_norm; d_attn (free once the attention backward has read it) holds the
+    // gradient of the projection outputs, q's then k's.
+    const Tensor dq_raw = F32(grads_->d_attn, n, h), dk_raw = F32(grads_->d_attn, n, kv);
+    STRATA_RETURN_IF_ERROR(q_norm->Backward(ctx, F32(grads_->dq, n, h), dq_raw));
+    STRATA_RETURN_IF_ERROR(q_proj.Backward(ctx, dq_raw, dx));
+    STRATA_RETURN_IF_ERROR(k_norm->Backward(ctx, F32(grads_->dk, n, kv), dk_raw));
+    STRATA_RETURN_IF_ERROR(k_proj.Backward(ctx, dk_raw, dx));
+  } else {
+    STRATA_RETURN_IF_ERROR(q_proj.Backward(ctx, F32(grads_->dq, n, h), dx));
+    STRATA_RETURN_IF_ERROR(k_proj.Backward(ctx, F32(grads_->dk, n, kv), dx));
+  }
   return v_proj.Backward(ctx, F32(grads_->dv, n, kv), dx);
 }
 

@@ -34,6 +34,7 @@ struct LlamaBatchInfo {
 
 struct LayerActivations {
   nn::DeviceBuffer norm1, q, k, v, probs, attn, h1, norm2, gate, up, act;
+  nn::DeviceBuffer q_raw, k_raw;  // q_proj / k_proj outputs before q_norm / k_norm (Qwen3 only)
 };
 struct LayerGrads {
   nn::DeviceBuffer d_norm, d_tmp, d_h1, d_act, d_attn, dq, dk, dv, scratch, y_scratch;
@@ -52,6 +53,9 @@ class LlamaAttention final : public nn::UnaryModule {
   void set_workspace(LayerActivations* a, LayerGrads* g) { acts_ = a, grads_ = g; }
 
   nn::Linear q_proj, k_proj, v_proj, o_proj;
+  // Qwen3 (config.qk_norm): RMSNorm over head_dim on each head of q and k, before RoPE; null
+  // otherwise.
+  std::unique_ptr<nn::RmsNorm> q_norm, k_norm;
 
  protected:
   // x [N, hidden] (normed) -> y [N, hidden] (o_proj output)

@@ -65,7 +65,8 @@ Status CheckConfig(const LlamaConfig& c, const LlamaModelOptions& o) {
   if (c.intermediate_size <= 0) return bad("intermediate_size", "must be > 0");
   if (c.num_hidden_layers < 0) return bad("num_hidden_layers", "must be >= 0");
   if (c.num_attention_heads <= 0) return bad("num_attention_heads", "must be > 0");
-  if (c.hidden_size % c.num_attention_heads != 0) {
+  if (c.explicit_head_dim < 0) return bad("head_dim", "must be > 0");
+  if (c.explicit_head_dim == 0 && c.hidden_size % c.num_attention_heads != 0) {
     return bad("hidden_size", Join({"(", std::to_string(c.hidden_size),
                                     ") must be a multiple of num_attention_heads (",
                                     std::to_string(c.num_attention_heads), ")"}));
@@ -214,7 +215,9 @@ Status LlamaForCausalLM::InitializeParameters(const nn::RunContext& ctx, uint64_
   std::vector<float> host;
   for (nn::Parameter* p : NamedParameters()) {
     host.resize(static_cast<size_t>(p->numel()));
-    if (p->shape().ndim() == 1) {
+    if (p->name().ends_with(".bias")) {
+      std::fill(host.begin(), host.end(), 0.0f);  // Linear biases (Qwen2's q/k/v), as PyTorch
+    } else if (p->shape().ndim() == 1) {
       std::fill(host.begin(), host.end(), 1.0f);  // RMSNorm weights
     } else {
       Normal rng(seed * 0x100000001B3ull + static_cast<uint64_t>(p->index()) + 1);

@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"attention_bias", "attention_bias", true, StatusCode::kUnimplemented, "false"},
         Refusal{"mlp_bias", "mlp_bias", true, StatusCode::kUnimplemented, "false"},
         Refusal{"hidden_act", "hidden_act", "gelu", StatusCode::kUnimplemented, "silu"},
-        Refusal{"head_dim", "head_dim", 128, StatusCode::kUnimplemented, "64"},
+        Refusal{"head_dim", "head_dim", 0, StatusCode::kInvalidArgument, "positive"},
         Refusal{"torch_dtype", "torch_dtype", "float64", StatusCode::kUnimplemented, "bfloat16"},
         Refusal{"attention_dropout", "attention_dropout", 0.1, StatusCode::kUnimplemented, "0.0"},
         Refusal{"kv_heads_not_dividing", "num_key_value_heads", 5, StatusCode::kInvalidArgument,

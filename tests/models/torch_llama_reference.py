@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """An independent Llama reference: Hugging Face's LlamaForCausalLM math written out in plain
 PyTorch, in float64, from the model card and transformers' modeling_llama.py - not the C++ code
-under test, and without transformers (not installed).
+under test, and without transformers (not installed). Qwen2 / Qwen3 configs (model_type "qwen2":
+q/k/v biases; "qwen3": q_norm / k_norm and head_dim) are the same model with those additions.
 
 Reads a Hugging Face model directory (config.json + model.safetensors, or the shards of
 model.safetensors.index.json, parsed here with numpy) and a tokens file (JSON:
@@ -129,11 +130,30 @@ def packing(tokens, B, T):
     return seg, pos
 
 
-def llama_forward(cfg, p, input_ids, seg, pos):
+def qwen_projection(cfg, p, name, x, n_heads, head_dim, eps):
+    """Qwen's q/k/v projection (transformers' modeling_qwen2 / modeling_qwen3): Qwen2 adds the
+    projection's bias; Qwen3 applies an RMSNorm over head_dim to every head of q and k
+    (q_norm / k_norm) before RoPE. Returns [B, T, heads, head_dim]."""
+    B, T = x.shape[0], x.shape[1]
+    y = x @ p[name + "_proj.weight"].T
+    if cfg.get("model_type") == "qwen2":
+        y = y + p[name + "_proj.bias"]
+    y = y.view(B, T, n_heads, head_dim)
+    if cfg.get("model_type") == "qwen3" and name[-1] in "qk":
+        y = rms_norm(y, p[name + "_norm.weight"], eps)
+    return y
+
+
+def llama_forward(cfg, p, input_ids, seg=None, pos=None):
+    """Logits [B, T, vocab]; seg / pos default to one unpacked sequence per row."""
+    if seg is None:
+        seg = torch.zeros(input_ids.shape)
+    if pos is None:
+        pos = torch.arange(input_ids.shape[1], dtype=torch.float64).expand(input_ids.shape)
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
-    head_dim = hidden // n_heads
+    head_dim = cfg.get("head_dim") or hidden // n_heads
     eps = cfg.get("rms_norm_eps", 1e-6)
     B, T = input_ids.shape
 
@@ -152,9 +172,9 @@ def llama_forward(cfg, p, input_ids, seg, pos):
     for i in range(cfg["num_hidden_layers"]):
         pre = f"model.layers.{i}."
         x = rms_norm(h, p[pre + "input_layernorm.weight"], eps)
-        q = (x @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, n_heads, head_dim)
-        k = (x @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, n_kv, head_dim)
-        v = (x @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, n_kv, head_dim)
+        q = qwen_projection(cfg, p, pre + "self_attn.q", x, n_heads, head_dim, eps)
+        k = qwen_projection(cfg, p, pre + "self_attn.k", x, n_kv, head_dim, eps)
+        v = qwen_projection(cfg, p, pre + "self_attn.v", x, n_kv, head_dim, eps)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -164,7 +184,7 @@ def llama_forward(cfg, p, input_ids, seg, pos):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)
         scores = scores.masked_fill(~allowed, float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v  # [B, heads, T, hd]
-        attn = attn.transpose(1, 2).reshape(B, T, hidden)
+        attn = attn.transpose(1, 2).reshape(B, T, n_heads * head_dim)
         h = h + attn @ p[pre + "self_attn.o_proj.weight"].T
         x = rms_norm(h, p[pre + "post_attention_layernorm.weight"], eps)
         gate = x @ p[pre + "mlp.gate_proj.weight"].T

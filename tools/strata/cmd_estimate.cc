@@ -269,7 +269,8 @@ int RunEstimate(const std::vector<std::string>& args) {
   }
   Options o;
   FlagParser flags(kUsage);
-  flags.String("preset", &o.preset, "a Llama preset: tiny, small, 1b, 7b");
+  flags.String("preset", &o.preset,
+               "a preset: tiny, small, 1b, 7b, qwen2.5-0.5b, qwen3-0.6b, qwen3-4b");
   flags.String("model", &o.model, "a Hugging Face Llama directory (reads config.json)");
   flags.Int("params", &o.params, "a bare parameter count (no activations)", 1);
   flags.Int("largest-layer", &o.largest_layer,
@@ -300,7 +301,8 @@ int RunEstimate(const std::vector<std::string>& args) {
   const int sources = !o.preset.empty() + !o.model.empty() + (o.params > 0);
   if (sources != 1) {
     return Fail(2,
-                "give exactly one of --preset NAME (tiny, small, 1b, 7b), --model HF_DIR or "
+                "give exactly one of --preset NAME (tiny, small, 1b, 7b, qwen2.5-0.5b, qwen3-0.6b, "
+                "qwen3-4b), --model HF_DIR or "
                 "--params N");
   }
   if (o.nodes > o.world) {

@@ -348,7 +348,9 @@ int RunTrain(const std::vector<std::string>& args) {
   flags.String("config", &o.config, "the DeepSpeed JSON config");
   flags.String("deepspeed_config", &o.config, "the same as --config (DeepSpeed's spelling)");
   flags.String("model", &o.model, "a Hugging Face Llama directory to start from");
-  flags.String("init", &o.init, "random initialisation of a preset: tiny, small, 1b, 7b");
+  flags.String(
+      "init", &o.init,
+      "random initialisation of a preset: tiny, small, 1b, 7b, qwen2.5-0.5b, qwen3-0.6b, qwen3-4b");
   flags.String("data", &o.data,
                "token file (llm.c/nanoGPT .bin), text file (bytes), or a .jsonl dataset "
                "(text, Alpaca, OpenAI messages, ShareGPT) tokenized with --model's tokenizer");
