@@ -129,13 +129,15 @@ def packing(tokens, B, T):
     return seg, pos
 
 
-def llama_forward(cfg, p, input_ids, seg, pos):
+def llama_forward(cfg, p, input_ids, seg=None, pos=None):
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
     head_dim = hidden // n_heads
     eps = cfg.get("rms_norm_eps", 1e-6)
     B, T = input_ids.shape
+    if seg is None:  # one example per row, positions 0..T-1
+        seg, pos = packing({}, B, T)
 
     # RoPE (rotate-half convention): angle(t, j) = position(t) * inv_freq[j].
     inv_freq = rope_inv_freq(cfg, head_dim, int(pos.max()) + 1)
