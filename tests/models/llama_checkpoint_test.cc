@@ -218,11 +218,12 @@ TEST_F(LlamaCheckpointTest, RefusesAConfigItDoesNotImplement) {
   const std::string path = dir_.File("scaled");
   ASSERT_THAT(SaveLlamaForCausalLM(path, *m, stream_), IsOk());
   auto j = LlamaConfigJson(m->config());
-  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   std::ofstream(path + "/config.json") << j.dump(2);
   EXPECT_THAT(LoadLlamaForCausalLM(path, device_.get()),
               StatusIs(StatusCode::kUnimplemented,
-                       AllOf(HasSubstr("config.json"), HasSubstr("'rope_scaling'"))));
+                       AllOf(HasSubstr("config.json"), HasSubstr("'rope_scaling.rope_type'"),
+                             HasSubstr("\"yarn\""))));
   EXPECT_THAT(LoadLlamaForCausalLM(dir_.File("absent"), device_.get()),
               StatusIs(StatusCode::kNotFound, HasSubstr("config.json")));
 }

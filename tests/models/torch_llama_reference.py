@@ -145,17 +145,14 @@ def qwen_projection(cfg, p, name, x, n_heads, head_dim, eps):
 
 
 def llama_forward(cfg, p, input_ids, seg=None, pos=None):
-    """Logits [B, T, vocab]; seg / pos default to one unpacked sequence per row."""
-    if seg is None:
-        seg = torch.zeros(input_ids.shape)
-    if pos is None:
-        pos = torch.arange(input_ids.shape[1], dtype=torch.float64).expand(input_ids.shape)
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
     head_dim = cfg.get("head_dim") or hidden // n_heads
     eps = cfg.get("rms_norm_eps", 1e-6)
     B, T = input_ids.shape
+    if seg is None:  # one example per row, positions 0..T-1
+        seg, pos = packing({}, B, T)
 
     # RoPE (rotate-half convention): angle(t, j) = position(t) * inv_freq[j].
     inv_freq = rope_inv_freq(cfg, head_dim, int(pos.max()) + 1)
