@@ -13,6 +13,7 @@
 #include "engine/config/auto_sizes.h"
 #include "engine/engine_impl.h"
 #include "engine/optim/partial_offload.h"
+#include "engine/optim/swap_chunks.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/zero/zero3_shards.h"
 #include "offload/device/kernels.h"
@@ -187,7 +188,8 @@ Status Engine::Place(const EngineInit& init) {
   }
 
   // Optimizer state and the fp32 gradient partition it steps on.
-  im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+  // With offload_optimizer nvme, cut into swap chunks (engine/optim/swap_chunks.h).
+  im.sub_groups = OptimizerSubGroups(layout_, config_);
   if (z.offload_optimizer.device == OffloadDevice::kNvme) {
     STRATA_ASSIGN_OR_RETURN(NvmeOptimizerStateOptions no,
                             NvmeOptimizerStateOptionsFromConfig(config_, comm_.rank()));

@@ -182,7 +182,8 @@ Json ConfigToJson(const Config& c) {
       {"overlap_step", s.overlap_step},
       {"pinned_memory_limit", s.pinned_memory_limit_bytes},
       {"lm_head_chunk",
-       s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)}};
+       s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)},
+      {"swap_chunk_bytes", s.swap_chunk_bytes}};
   return j;
 }
 

@@ -113,7 +113,8 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   Section s = top.Object("strata");
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
-               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk"});
+               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk",
+               "swap_chunk_bytes"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -141,6 +142,16 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;
+  }
+  if (const Json* v = s.Get("swap_chunk_bytes"); v != nullptr && v->is_string() && *v == "auto") {
+    out->swap_chunk_auto = true;
+    out->swap_chunk_bytes = StrataConfig::kSwapChunkDefault;
+    ctx->SetOrigin(s.KeyPath("swap_chunk_bytes"), OriginKind::kAuto, "64 MiB");
+  } else if (s.Bytes("swap_chunk_bytes", &out->swap_chunk_bytes) == Got::kValue &&
+             out->swap_chunk_bytes < StrataConfig::kSwapChunkMin) {
+    ctx->Error(s.KeyPath("swap_chunk_bytes"),
+               "= " + std::to_string(out->swap_chunk_bytes) +
+                   " is too small: at least 4096 bytes (or \"auto\", or e.g. \"64M\")");
   }
 
   for (const char* k : {"aio_engine", "aio_allow_buffered", "aio_sqpoll"}) {

@@ -44,6 +44,14 @@ struct StrataConfig {
   // logits are about the size of the hidden states, at least 256 tokens).
   static constexpr int64_t kLmHeadChunkAuto = -1;
   int64_t lm_head_chunk = kLmHeadChunkAuto;
+  // Bytes of fp32 master + exp_avg + exp_avg_sq (12 B an element) the NVMe optimizer moves per
+  // swap unit (engine/optim/optimizer_nvme.h: Note [Chunks]): a sub-group larger than this is
+  // stepped in chunks of this size, so the pinned swap buffers are buffer_count x this whatever
+  // sub_group_size is. "auto" (swap_chunk_auto): kSwapChunkDefault until a planner chooses.
+  static constexpr uint64_t kSwapChunkDefault = uint64_t{64} << 20;
+  static constexpr uint64_t kSwapChunkMin = uint64_t{4} << 10;
+  uint64_t swap_chunk_bytes = kSwapChunkDefault;
+  bool swap_chunk_auto = false;
 };
 
 namespace internal {

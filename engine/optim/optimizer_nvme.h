@@ -1,7 +1,10 @@
 // NvmeOptimizerState: `offload_optimizer.device = nvme` — ZeRO-Infinity's optimizer placement, the
 // NVMe counterpart of OptimizerState (engine/optim/optimizer_state.h). The fp32 master weights and
 // the Adam moments of one rank's flat partition live on NVMe, one swap extent per sub-group
-// (`sub_group_size`), and are stepped through the pipelined OptimizerSwapper (swap/): read(i+1) ||
+// (`sub_group_size`, cut by the engine into swap chunks of at most strata.swap_chunk_bytes:
+// engine/optim/swap_chunks.h; here a "sub-group" is one such chunk, so every pinned buffer and
+// the stage below are bounded by the chunk, not by sub_group_size), and are stepped through the
+// pipelined OptimizerSwapper (swap/): read(i+1) ||
 // CPU Adam(i) || write(i-1) with `pipeline_read` / `pipeline_write` and `buffer_count` pinned
 // buffers. The fp32 gradient partition stays in pinned CPU memory (PinnedPool, charged to the
 // TierBudget), where the engine accumulates it, as ZeRO-Infinity keeps it.

@@ -10,6 +10,7 @@
 #include "core/units.h"
 #include "engine/base/partition.h"
 #include "engine/optim/partial_offload.h"
+#include "engine/optim/swap_chunks.h"
 #include "engine/zero/grad_reducer.h"
 
 namespace strata {
@@ -160,8 +161,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   for (const ShardSlice& s : layout.slices())
     max_shard = std::max<uint64_t>(max_shard, s.shard_numel);
   const uint64_t part = layout.partition_numel();
-  const std::vector<SubGroup> groups =
-      layout.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+  // offload_optimizer nvme: the swap chunks (strata.swap_chunk_bytes), as the engine steps them.
+  const std::vector<SubGroup> groups = OptimizerSubGroups(layout, config);
 
   MemoryPlan plan;
   plan.placement = Placement(config, dtype);
@@ -283,13 +284,13 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       }
       p.Device("fp32 gradient partition", device_grad * 4);
       p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
-      p.Pinned("optimizer swap buffers (buffer_count x largest sub-group)",
+      p.Pinned("optimizer swap buffers (buffer_count x largest swap chunk)",
                static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
                    SwapExtentBytes(largest_group),
                opt_pin);
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
-      p.Pinned("optimizer state staging (one sub-group)", 12 * largest_group, opt_pin);
+      p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);
       if (pd != OffloadDevice::kCpu) p.Pinned(StagingLabel(pd), part * cb, opt_pin);
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
