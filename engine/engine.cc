@@ -195,13 +195,19 @@ Status Engine::Place(const EngineInit& init) {
                             NvmeOptimizerStateOptionsFromConfig(config_, comm_.rank()));
     STRATA_ASSIGN_OR_RETURN(no.kind, ToKernel(config_.optimizer, &no.hyperparams));
     im.hyperparams = no.hyperparams;
+    // Stages 2-3: the reduced gradients go to the NVMe gradient region (issue #36), unless
+    // strata.nvme_grad_chunk is 0.
+    if (z.stage >= 2) no.grad_chunk_numel = config_.strata.nvme_grad_chunk_bytes / sizeof(float);
     STRATA_ASSIGN_OR_RETURN(
         im.nvme_opt, NvmeOptimizerState::Create(layout_, im.sub_groups, no, &device_, im.budget));
     im.cpu_bytes += im.nvme_opt->cpu_bytes();
     im.nvme_opt->set_tracer(im.tracer.get());
     im.host_opt = true;
     im.grads_to_host = z.stage >= 2;
-    im.host_grad_copy_first = im.grads_to_host && no.kind != OptimizerKind::kAdagrad;
+    // Copy-first needs a flat host array (the region is added into, chunk by chunk).
+    im.host_grad_copy_first =
+        im.grads_to_host && no.kind != OptimizerKind::kAdagrad && no.grad_chunk_numel == 0;
+    im.grad_target = im.nvme_opt->grad_region();  // null without one
   } else {
     OptimizerStateOptions oo;
     STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
@@ -380,6 +386,11 @@ Status Engine::Backward() {
     STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(impl_->compute));
+    if (impl_->reducer != nullptr) {  // the gradient target's pass (the NVMe region accumulates)
+      const int64_t g = static_cast<int64_t>(gas);
+      STRATA_RETURN_IF_ERROR(impl_->reducer->BeginPass(stats_.micro_steps % g == 0,
+                                                       (stats_.micro_steps + 1) % g == 0));
+    }
     STRATA_RETURN_IF_ERROR(BeginOverlappedBackward());  // strata.overlap_step, at the boundary
     STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
     ++stats_.micro_steps;

@@ -114,7 +114,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
                "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk",
-               "swap_chunk_bytes"});
+               "swap_chunk_bytes", "nvme_grad_chunk"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -139,6 +139,12 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.String("trace_path", &out->trace_path);
   s.Bool("overlap_step", &out->overlap_step);
   s.Bytes("pinned_memory_limit", &out->pinned_memory_limit_bytes);
+  if (s.Bytes("nvme_grad_chunk", &out->nvme_grad_chunk_bytes) == Got::kValue &&
+      out->nvme_grad_chunk_bytes % (16 << 10) != 0) {
+    ctx->Error(
+        s.KeyPath("nvme_grad_chunk"),
+        "must be a multiple of 16 KiB (4096 fp32 gradients), or 0 (gradients in CPU memory)");
+  }
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;

@@ -37,6 +37,10 @@ struct StrataConfig {
   // Start offloaded sub-groups' optimizer steps during the boundary backward
   // (engine/optim/step_overlap.h).
   bool overlap_step = true;
+  // offload_optimizer nvme at stages 2-3: the fp32 gradients go to an NVMe region in chunks of
+  // this many bytes (engine/optim/grad_region.h; a multiple of 16 KiB); 0 keeps the whole
+  // gradient partition in pinned CPU memory.
+  uint64_t nvme_grad_chunk_bytes = uint64_t{16} << 20;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;
   // Tokens per chunk of the LM head + loss (nn/modules/lm_head_loss.h): 0 = all tokens at once,

@@ -30,7 +30,10 @@ bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0
 }  // namespace
 
 Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions options) {
-  if (options.device == nullptr || options.layout == nullptr || options.host_grad == nullptr ||
+  // No host array at all when the reducer adds into the NVMe optimizer's gradient region.
+  const bool region = options.nvme_opt != nullptr && options.nvme_opt->grad_region() != nullptr;
+  if (options.device == nullptr || options.layout == nullptr ||
+      (options.host_grad == nullptr && !(region && options.device_grad == nullptr)) ||
       (options.cpu_opt == nullptr) == (options.nvme_opt == nullptr)) {
     return InvalidArgumentError(
         "overlapped step: device, layout, host gradients and exactly one optimizer state (cpu or "

@@ -89,7 +89,8 @@ struct StepOverlapOptions {
   const float* device_grad = nullptr;
   // Where the step reads it on the host: host_grad[f - host_begin] is flat element f, for f in
   // [host_begin, partition_numel) (host_begin > 0 with partial offload: the device sub-groups'
-  // gradients stay on the device). Sub-groups below host_begin are never overlapped.
+  // gradients stay on the device). Sub-groups below host_begin are never overlapped. Null when
+  // the reducer adds into nvme_opt's gradient region (the update reads it from there).
   float* host_grad = nullptr;
   size_t host_begin = 0;
   // Exactly one: the optimizer state on the cpu tier, or on NVMe. Not owned.

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "engine/base/partition.h"
+#include "engine/optim/grad_region.h"
 #include "engine/optim/partial_offload.h"
 #include "engine/optim/swap_chunks.h"
 #include "engine/zero/grad_reducer.h"
@@ -283,7 +284,23 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         swap += SwapExtentBytes(g.flat_end - g.flat_begin);
       }
       p.Device("fp32 gradient partition", device_grad * 4);
-      p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
+      // Stages 2-3 with strata.nvme_grad_chunk: the gradients on NVMe (engine/optim/
+      // grad_region.h) — its chunk buffers, one sub-group's gradients read for its update.
+      const size_t grad_chunk =
+          z.stage >= 2 ? static_cast<size_t>(config.strata.nvme_grad_chunk_bytes / 4) : 0;
+      if (grad_chunk > 0) {
+        GradRegionOptions ro;
+        ro.chunk_numel = grad_chunk;
+        p.Add(opt_pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu,
+              "gradient region buffers (" + std::to_string(GradRegionBufferCount(ro, part)) +
+                  " x strata.nvme_grad_chunk)",
+              GradRegionCpuBytes(ro, part));  // rounded per buffer as the pool does
+        p.Add(PlanTier::kPageableCpu, "swap chunk gradients read from the region (largest)",
+              PinnedAlloc(4 * std::max<uint64_t>(largest_group, 1)));
+        p.Add(PlanTier::kNvme, "fp32 gradient region", GradRegionNvmeBytes(grad_chunk, part));
+      } else {
+        p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
+      }
       p.Pinned("optimizer swap buffers (buffer_count x largest swap chunk)",
                static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
                    SwapExtentBytes(largest_group),
@@ -348,6 +365,12 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     for (const SubGroup& g : groups) swap += SwapExtentBytes(g.flat_end - g.flat_begin);
     t.nvme_read_bytes += swap;
     t.nvme_write_bytes += swap;
+    if (z.stage >= 2 && config.strata.nvme_grad_chunk_bytes > 0) {
+      // The gradient region, at most: each micro-batch writes the partition; each later one and
+      // the step read it back (chunks still in the buffers cost nothing).
+      t.nvme_write_bytes += gas * part * 4;
+      t.nvme_read_bytes += gas * part * 4;
+    }
   }
   if (pd != OffloadDevice::kNone) {
     t.host_to_device_bytes += gas * 2 * part * cb;  // the shard goes up for forward and backward
