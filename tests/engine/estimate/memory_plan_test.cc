@@ -228,6 +228,31 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
   EXPECT_LT(halved.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
 }
 
+// offload_optimizer nvme at stage 3 (issue #36): with the gradients on NVMe
+// (strata.nvme_grad_chunk, default 16 MiB) the pinned plan holds two chunk buffers instead of the
+// fp32 gradient partition, and the NVMe plan holds the partition (one 4 KiB-aligned extent per
+// chunk).
+TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
+  const uint64_t n = uint64_t{32} << 20;  // 8 parameters of 4 Mi elements: 128 MiB of fp32
+  const ModelShape shape = ShapeFromNumels(std::vector<uint64_t>(8, n / 8), "32M");
+  const std::string zero =
+      "\"stage\": 3, \"sub_group_size\": 4194304, \"offload_optimizer\": {\"device\": "
+      "\"nvme\", \"nvme_path\": \"memory-plan-nvme\"}, \"offload_param\": {\"device\": \"cpu\"}";
+  Config region = MakeConfig(zero, "bf16", 1);
+  Config pinned = region;
+  pinned.strata.nvme_grad_chunk_bytes = 0;
+  const PlanOptions po{.world = 1, .rank = 0, .include_activations = false};
+  const MemoryPlan a = PlanEngineMemory(shape, region, po).value();
+  const MemoryPlan b = PlanEngineMemory(shape, pinned, po).value();
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_EQ(b.bytes(PlanTier::kPinnedCpu) - a.bytes(PlanTier::kPinnedCpu), 128 * mib - 2 * 16 * mib)
+      << FormatPlanItems(a);
+  EXPECT_EQ(a.bytes(PlanTier::kNvme) - b.bytes(PlanTier::kNvme), 128 * mib) << FormatPlanItems(a);
+  // One sub-group's gradients (4 Mi elements) are read from the region for its update.
+  EXPECT_EQ(a.bytes(PlanTier::kPageableCpu) - b.bytes(PlanTier::kPageableCpu), 16 * mib)
+      << FormatPlanItems(a);
+}
+
 TEST(MemoryPlanTest, RefusesBadWorldAndEmptyModels) {
   const Config config = MakeConfig("\"stage\": 0", "fp32", 1);
   PlanOptions po;
