@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "aio/aio_config.h"
+#include "engine/config/cpu_memory.h"
 
 namespace strata {
 
@@ -113,7 +114,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   Section s = top.Object("strata");
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
-               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk"});
+               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk", "cpu_memory"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -138,6 +139,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.String("trace_path", &out->trace_path);
   s.Bool("overlap_step", &out->overlap_step);
   s.Bytes("pinned_memory_limit", &out->pinned_memory_limit_bytes);
+  ReadCpuMemory(s, &out->cpu_memory_bytes);  // engine/config/cpu_memory.h
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;
