@@ -14,6 +14,7 @@
 #include "engine/engine_impl.h"
 #include "engine/optim/partial_offload.h"
 #include "engine/optim/swap_chunks.h"
+#include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/zero/zero3_shards.h"
 #include "offload/device/kernels.h"
@@ -84,6 +85,18 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
       numels.push_back(static_cast<size_t>(p->numel()));
     }
     ResolveModelAutoSizes(&resolved, numels, z.stage >= 1 ? comm.world_size() : 1);
+    // strata.cpu_memory: the "auto" sizing keys chosen within it, or OutOfMemory naming it and
+    // the minimum when even the smallest pipeline does not fit (engine/plan/cpu_budget.h).
+    if (resolved.strata.cpu_memory_bytes > 0 && !resolved.strata.sizes_within_budget) {
+      STRATA_ASSIGN_OR_RETURN(
+          BudgetPlan b,
+          PlanWithinCpuBudget(
+              ShapeFromNumels({numels.begin(), numels.end()}), resolved,
+              {.world = comm.world_size(), .rank = comm.rank(), .include_activations = false},
+              resolved.strata.cpu_memory_bytes, resolved.zero.auto_sizes));
+      resolved = std::move(b.config);
+      resolved.strata.sizes_within_budget = true;
+    }
   }
   std::unique_ptr<Engine> e(new Engine(model, resolved, comm, device));
   STRATA_RETURN_IF_ERROR(e->Place(init));
@@ -126,6 +139,13 @@ Status Engine::Place(const EngineInit& init) {
         PlanEngineMemory(
             ShapeFromNumels({numels.begin(), numels.end()}), config_,
             {.world = comm_.world_size(), .rank = comm_.rank(), .include_activations = false}));
+    // strata.cpu_memory (already planned within, Initialize): an engine that owns its budget
+    // holds the pinned tier to what the plan's pageable part leaves of it.
+    const uint64_t cpu_memory = config_.strata.cpu_memory_bytes;
+    if (cpu_memory > 0 && im.budget == &im.own_budget) {
+      const uint64_t pageable = plan.bytes(PlanTier::kPageableCpu);
+      im.own_budget.SetLimit(Tier::kCpu, cpu_memory > pageable ? cpu_memory - pageable : 1);
+    }
     const DeviceMemoryStats d = device_.MemoryStats();
     TierBytes caps{};
     caps[0] = d.capacity_bytes > d.in_use_bytes ? d.capacity_bytes - d.in_use_bytes : 1;

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "aio/aio_config.h"
+#include "engine/config/cpu_memory.h"
 
 namespace strata {
 
@@ -114,7 +115,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
                "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk",
-               "swap_chunk_bytes", "nvme_grad_chunk"});
+               "swap_chunk_bytes", "nvme_grad_chunk", "cpu_memory"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -145,6 +146,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
         s.KeyPath("nvme_grad_chunk"),
         "must be a multiple of 16 KiB (4096 fp32 gradients), or 0 (gradients in CPU memory)");
   }
+  ReadCpuMemory(s, &out->cpu_memory_bytes);  // engine/config/cpu_memory.h
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;

@@ -43,6 +43,12 @@ struct StrataConfig {
   uint64_t nvme_grad_chunk_bytes = uint64_t{16} << 20;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;
+  // strata.cpu_memory: the CPU memory (pinned + pageable) one rank plans within; 0 = no budget.
+  // "auto" is resolved when the config is read (engine/config/cpu_memory.h).
+  uint64_t cpu_memory_bytes = 0;
+  // Not a key: set once the planner chose the "auto" sizing keys within cpu_memory
+  // (engine/plan/cpu_budget.h), so a second pass (the engine after `strata train`) keeps them.
+  bool sizes_within_budget = false;
   // Tokens per chunk of the LM head + loss (nn/modules/lm_head_loss.h): 0 = all tokens at once,
   // kLmHeadChunkAuto = "auto" (whole while the logits are at most 64 MiB, else chunks whose
   // logits are about the size of the hidden states, at least 256 tokens).

@@ -12,6 +12,7 @@
 #include "engine/optim/grad_region.h"
 #include "engine/optim/partial_offload.h"
 #include "engine/optim/swap_chunks.h"
+#include "engine/plan/pageable_plan.h"
 #include "engine/zero/grad_reducer.h"
 
 namespace strata {
@@ -321,6 +322,10 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   p.Device("step scalars", 4);
   p.Add(PlanTier::kPageableCpu, "parameter initialisation (largest parameter, fp32)",
         model.LargestParameter() * 4);
+  // What the step keeps on the side and the like (engine/plan/pageable_plan.h).
+  AddPageableItems(
+      model, config,
+      {.offloaded_numel = part - split, .compute_bytes = cb, .largest_shard = max_shard}, &plan);
 
   // The model's own buffers.
   p.Device("model buffers (batch-independent)", model.fixed_device_bytes);

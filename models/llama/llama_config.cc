@@ -231,6 +231,8 @@ nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
   };
 }
 
+// Also "3b" (Llama 3.2 3B), "llama-70b" (Llama 2 70B) and "llama3-70b" (Llama 3 70B), for
+// `strata estimate` and docs/infinity.md's memory table.
 Result<LlamaConfig> LlamaPreset(std::string_view name) {
   LlamaConfig c;
   c.tie_word_embeddings = false;
@@ -275,9 +277,42 @@ Result<LlamaConfig> LlamaPreset(std::string_view name) {
     c.max_position_embeddings = 4096;
     c.rms_norm_eps = 1e-5;
     c.torch_dtype = DType::kFloat16;
+  } else if (name == "3b") {  // Llama 3.2 3B's shape (meta-llama/Llama-3.2-3B; no rope scaling)
+    c.vocab_size = 128256;
+    c.hidden_size = 3072;
+    c.intermediate_size = 8192;
+    c.num_hidden_layers = 28;
+    c.num_attention_heads = 24;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    c.tie_word_embeddings = true;
+    c.torch_dtype = DType::kBFloat16;
+  } else if (name == "llama-70b") {  // Llama 2 70B (meta-llama/Llama-2-70b-hf)
+    c.vocab_size = 32000;
+    c.hidden_size = 8192;
+    c.intermediate_size = 28672;
+    c.num_hidden_layers = 80;
+    c.num_attention_heads = 64;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-5;
+    c.torch_dtype = DType::kFloat16;
+  } else if (name == "llama3-70b") {  // Llama 3 70B (meta-llama/Meta-Llama-3-70B)
+    c.vocab_size = 128256;
+    c.hidden_size = 8192;
+    c.intermediate_size = 28672;
+    c.num_hidden_layers = 80;
+    c.num_attention_heads = 64;
+    c.num_key_value_heads = 8;
+    c.max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    c.torch_dtype = DType::kBFloat16;
   } else {
     return InvalidArgumentError("unknown Llama preset '" + std::string(name) +
-                                "'; presets: tiny, small, 1b, 7b");
+                                "'; presets: tiny, small, 1b, 7b, 3b, llama-70b, llama3-70b");
   }
   return c;
 }
