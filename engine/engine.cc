@@ -13,6 +13,8 @@
 #include "engine/config/auto_sizes.h"
 #include "engine/engine_impl.h"
 #include "engine/optim/partial_offload.h"
+#include "engine/optim/swap_chunks.h"
+#include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/zero/zero3_shards.h"
 #include "offload/device/kernels.h"
@@ -83,6 +85,18 @@ Result<std::unique_ptr<Engine>> Engine::Initialize(nn::CausalLM& model, const Co
       numels.push_back(static_cast<size_t>(p->numel()));
     }
     ResolveModelAutoSizes(&resolved, numels, z.stage >= 1 ? comm.world_size() : 1);
+    // strata.cpu_memory: the "auto" sizing keys chosen within it, or OutOfMemory naming it and
+    // the minimum when even the smallest pipeline does not fit (engine/plan/cpu_budget.h).
+    if (resolved.strata.cpu_memory_bytes > 0 && !resolved.strata.sizes_within_budget) {
+      STRATA_ASSIGN_OR_RETURN(
+          BudgetPlan b,
+          PlanWithinCpuBudget(
+              ShapeFromNumels({numels.begin(), numels.end()}), resolved,
+              {.world = comm.world_size(), .rank = comm.rank(), .include_activations = false},
+              resolved.strata.cpu_memory_bytes, resolved.zero.auto_sizes));
+      resolved = std::move(b.config);
+      resolved.strata.sizes_within_budget = true;
+    }
   }
   std::unique_ptr<Engine> e(new Engine(model, resolved, comm, device));
   STRATA_RETURN_IF_ERROR(e->Place(init));
@@ -125,6 +139,13 @@ Status Engine::Place(const EngineInit& init) {
         PlanEngineMemory(
             ShapeFromNumels({numels.begin(), numels.end()}), config_,
             {.world = comm_.world_size(), .rank = comm_.rank(), .include_activations = false}));
+    // strata.cpu_memory (already planned within, Initialize): an engine that owns its budget
+    // holds the pinned tier to what the plan's pageable part leaves of it.
+    const uint64_t cpu_memory = config_.strata.cpu_memory_bytes;
+    if (cpu_memory > 0 && im.budget == &im.own_budget) {
+      const uint64_t pageable = plan.bytes(PlanTier::kPageableCpu);
+      im.own_budget.SetLimit(Tier::kCpu, cpu_memory > pageable ? cpu_memory - pageable : 1);
+    }
     const DeviceMemoryStats d = device_.MemoryStats();
     TierBytes caps{};
     caps[0] = d.capacity_bytes > d.in_use_bytes ? d.capacity_bytes - d.in_use_bytes : 1;
@@ -187,19 +208,26 @@ Status Engine::Place(const EngineInit& init) {
   }
 
   // Optimizer state and the fp32 gradient partition it steps on.
-  im.sub_groups = layout_.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+  // With offload_optimizer nvme, cut into swap chunks (engine/optim/swap_chunks.h).
+  im.sub_groups = OptimizerSubGroups(layout_, config_);
   if (z.offload_optimizer.device == OffloadDevice::kNvme) {
     STRATA_ASSIGN_OR_RETURN(NvmeOptimizerStateOptions no,
                             NvmeOptimizerStateOptionsFromConfig(config_, comm_.rank()));
     STRATA_ASSIGN_OR_RETURN(no.kind, ToKernel(config_.optimizer, &no.hyperparams));
     im.hyperparams = no.hyperparams;
+    // Stages 2-3: the reduced gradients go to the NVMe gradient region (issue #36), unless
+    // strata.nvme_grad_chunk is 0.
+    if (z.stage >= 2) no.grad_chunk_numel = config_.strata.nvme_grad_chunk_bytes / sizeof(float);
     STRATA_ASSIGN_OR_RETURN(
         im.nvme_opt, NvmeOptimizerState::Create(layout_, im.sub_groups, no, &device_, im.budget));
     im.cpu_bytes += im.nvme_opt->cpu_bytes();
     im.nvme_opt->set_tracer(im.tracer.get());
     im.host_opt = true;
     im.grads_to_host = z.stage >= 2;
-    im.host_grad_copy_first = im.grads_to_host && no.kind != OptimizerKind::kAdagrad;
+    // Copy-first needs a flat host array (the region is added into, chunk by chunk).
+    im.host_grad_copy_first =
+        im.grads_to_host && no.kind != OptimizerKind::kAdagrad && no.grad_chunk_numel == 0;
+    im.grad_target = im.nvme_opt->grad_region();  // null without one
   } else {
     OptimizerStateOptions oo;
     STRATA_ASSIGN_OR_RETURN(oo.kind, ToKernel(config_.optimizer, &oo.hyperparams));
@@ -378,6 +406,11 @@ Status Engine::Backward() {
     STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(impl_->compute));
+    if (impl_->reducer != nullptr) {  // the gradient target's pass (the NVMe region accumulates)
+      const int64_t g = static_cast<int64_t>(gas);
+      STRATA_RETURN_IF_ERROR(impl_->reducer->BeginPass(stats_.micro_steps % g == 0,
+                                                       (stats_.micro_steps + 1) % g == 0));
+    }
     STRATA_RETURN_IF_ERROR(BeginOverlappedBackward());  // strata.overlap_step, at the boundary
     STRATA_RETURN_IF_ERROR(model_.Backward(ctx, static_cast<float>(scaler_.scale() / gas)));
     ++stats_.micro_steps;

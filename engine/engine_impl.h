@@ -63,6 +63,9 @@ struct Engine::Impl {
   bool grads_to_host = false;
   float* host_grad = nullptr;
   size_t host_grad_begin = 0;
+  // Or, offload_optimizer nvme with strata.nvme_grad_chunk: the NVMe gradient region (the
+  // optimizer's; engine/optim/grad_region.h) behind the reducer's target, host_grad null.
+  GradTarget* grad_target = nullptr;
   // grads_to_host and an optimizer whose result does not depend on a zero gradient's sign (not
   // Adagrad): the step marks host_grad stale instead of zeroing it (Note [Copy first]).
   bool host_grad_copy_first = false;

@@ -22,6 +22,7 @@ Status Engine::Impl::PlaceHooks(nn::Module& model, const ZeroConfig& z, Communic
   if (grads_to_host) {  // offload_optimizer cpu/nvme: straight into the pinned host gradients
     ro.host_partition = host_grad;
     ro.host_begin = host_grad_begin;
+    ro.host_target = grad_target;  // then host_grad is null
     ro.pin_memory = z.offload_optimizer.pin_memory;
     ro.budget = budget;
   }

@@ -73,8 +73,7 @@ StepTraffic PlannedTraffic(const Args& a, int64_t layers) {
   RunContext rc;
   rc.hidden_size = mc.hidden_size;
   Result<Config> c = LoadConfigText(ScaleConfigJson(a.o, a.o.dir, uint64_t{1} << 40), "scale", rc);
-  Result<MemoryPlan> p =
-      c.ok() ? PlanLlamaRun(mc, *c, a.o.seq) : Result<MemoryPlan>(c.status());
+  Result<MemoryPlan> p = c.ok() ? PlanLlamaRun(mc, *c, a.o.seq) : Result<MemoryPlan>(c.status());
   return p.ok() ? p->traffic : StepTraffic{};
 }
 
@@ -327,7 +326,9 @@ int main(int argc, char** argv) {
   flags.Int("steps", &o.steps, "optimizer steps per size", 2, 1000);
   flags.Int("seq", &o.seq, "tokens in the (single) sequence", 2, 65536);
   flags.Choice("dtype", &o.dtype, {"bf16", "fp32"}, "parameter (compute) dtype");
-  flags.Bytes("cpu-budget", &o.cpu_budget, "the CPU memory budget (strata.pinned_memory_limit)");
+  flags.Bytes("cpu-budget", &o.cpu_budget,
+              "the CPU memory budget: strata.cpu_memory (less the emulated device's arena, RAM "
+              "here) and strata.pinned_memory_limit");
   flags.Int("sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size (elements)",
             4096, int64_t{1} << 40);
   flags.Int("max-live-parameters", &o.max_live, "zero_optimization.stage3_max_live_parameters", 1,

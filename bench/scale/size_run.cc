@@ -103,6 +103,9 @@ llama::LlamaConfig ScaleModel(int64_t layers, bool quick) {
 }
 
 std::string ScaleConfigJson(const ScaleOptions& o, const std::string& dir, uint64_t device_bytes) {
+  // The budget is RAM: on the host-emulated device its arena is RAM too, so the engine plans
+  // its CPU tiers within what the device leaves (0: no budget, for the plan-only calls).
+  const uint64_t cpu_memory = o.cpu_budget > device_bytes ? o.cpu_budget - device_bytes : 0;
   json c = {{"train_micro_batch_size_per_gpu", 1},
             {"gradient_accumulation_steps", 1},
             {"gradient_clipping", 1.0},
@@ -129,7 +132,8 @@ std::string ScaleConfigJson(const ScaleOptions& o, const std::string& dir, uint6
             {"strata",
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
-              {"pinned_memory_limit", o.cpu_budget}}}};
+              {"pinned_memory_limit", o.cpu_budget},
+              {"cpu_memory", cpu_memory}}}};
   if (o.dtype == "bf16") c["bf16"] = {{"enabled", true}};
   return c.dump();
 }
@@ -163,6 +167,12 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   const uint64_t device_bytes =
       (p0->bytes(PlanTier::kDevice) * 11 / 10 + (uint64_t{64} << 20)) / 4096 * 4096;
 
+  if (device_bytes >= o.cpu_budget) {
+    return {{"error", "the emulated device alone (" + std::to_string(device_bytes) +
+                          " bytes) takes the whole CPU budget (" + std::to_string(o.cpu_budget) +
+                          " bytes): raise --cpu-budget"}};
+  }
+  out["cpu_memory_bytes"] = o.cpu_budget - device_bytes;  // strata.cpu_memory
   TierBudget budget({TierBudget::kUnlimited, o.cpu_budget, TierBudget::kUnlimited});
   EngineRunOptions eo;
   eo.name = "scale";

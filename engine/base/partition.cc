@@ -56,4 +56,30 @@ std::vector<SubGroup> PartitionLayout::SubGroups(size_t sub_group_numel) const {
   return groups;
 }
 
+std::vector<SubGroup> PartitionLayout::SplitSubGroups(std::span<const SubGroup> groups,
+                                                      size_t max_numel) const {
+  std::vector<SubGroup> out;
+  if (max_numel == 0) return {groups.begin(), groups.end()};
+  // Slot s (with its alignment padding) is [flat_offset(s), flat_offset(s + 1)).
+  auto slot_end = [&](size_t s) {
+    return s + 1 < slices_.size() ? slices_[s + 1].flat_offset : partition_numel_;
+  };
+  for (const SubGroup& g : groups) {
+    if (g.flat_end - g.flat_begin <= max_numel) {
+      out.push_back(g);
+      continue;
+    }
+    size_t first = g.first_slice;
+    for (size_t b = g.flat_begin; b < g.flat_end;) {
+      const size_t e = std::min(g.flat_end, b + max_numel);
+      while (first + 1 < g.end_slice && slot_end(first) <= b) ++first;
+      size_t last = first;
+      while (last + 1 < g.end_slice && slot_end(last) < e) ++last;
+      out.push_back({first, last + 1, b, e});
+      b = e;
+    }
+  }
+  return out;
+}
+
 }  // namespace strata

@@ -9,7 +9,8 @@
 // the gradient reduce-scatter and NVMe swapping all work on one contiguous buffer per rank.
 // Sub-groups (the unit of CPU Adam steps and NVMe swaps, `sub_group_size`) are runs of
 // consecutive parameters closed as soon as their shards reach the size, as DeepSpeed groups
-// them; one parameter larger than the size is a group of its own.
+// them; one parameter larger than the size is a group of its own. SplitSubGroups cuts them
+// further by size for the NVMe optimizer, whose swap buffers are sized by bytes, not groups.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +57,12 @@ class PartitionLayout {
   // group for everything when sub_group_numel is not smaller than the whole partition; one
   // parameter per group when it is 0 (DeepSpeed's meaning of sub_group_size 0).
   std::vector<SubGroup> SubGroups(size_t sub_group_numel) const;
+  // `groups` (SubGroups' output) cut into pieces of at most `max_numel` elements each (the last
+  // piece of a group may be shorter), in order: the NVMe optimizer's swap chunks
+  // (strata.swap_chunk_bytes). A piece may start or end inside a parameter's slot: its
+  // [first_slice, end_slice) are then the slices whose slots (alignment padding included) it
+  // overlaps, so neighbouring pieces can share a slice. max_numel 0 leaves the groups whole.
+  std::vector<SubGroup> SplitSubGroups(std::span<const SubGroup> groups, size_t max_numel) const;
 
  private:
   int world_ = 1;

@@ -14,7 +14,8 @@ constexpr int64_t kDefaultBufferSize = OffloadParamConfig{}.buffer_size;
 
 void ResolveModelAutoSizes(Config* config, std::span<const size_t> numels, int world) {
   ZeroConfig& z = config->zero;
-  if (!z.IsAuto(kBufferSize) || world < 1) return;
+  // Once chosen within strata.cpu_memory (engine/plan/cpu_budget.h) the choice stands.
+  if (!z.IsAuto(kBufferSize) || world < 1 || config->strata.sizes_within_budget) return;
   const size_t w = static_cast<size_t>(world);
   size_t largest = 0;
   for (size_t n : numels) largest = std::max(largest, z.stage == 3 ? (n + w - 1) / w : n);

@@ -181,8 +181,10 @@ Json ConfigToJson(const Config& c) {
       {"trace_path", s.trace_path},
       {"overlap_step", s.overlap_step},
       {"pinned_memory_limit", s.pinned_memory_limit_bytes},
+      {"cpu_memory", s.cpu_memory_bytes},
       {"lm_head_chunk",
-       s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)}};
+       s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)},
+      {"swap_chunk_bytes", s.swap_chunk_bytes}};
   return j;
 }
 

@@ -129,7 +129,7 @@ const std::map<std::string_view, std::string_view>& NestedKeys() {
       m[k] = "scheduler.params";
     }
     for (auto k : {"aio_engine", "swap_checksums", "comm_backend", "device_memory", "link_gbps",
-                   "trace_path", "pinned_memory_limit", "unknown_keys"}) {
+                   "trace_path", "pinned_memory_limit", "unknown_keys", "swap_chunk_bytes", "cpu_memory"}) {
       m[k] = "strata";
     }
     return m;

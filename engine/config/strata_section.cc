@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "aio/aio_config.h"
+#include "engine/config/cpu_memory.h"
 
 namespace strata {
 
@@ -113,7 +114,8 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   Section s = top.Object("strata");
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
-               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk"});
+               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk",
+               "swap_chunk_bytes", "nvme_grad_chunk", "cpu_memory"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -138,9 +140,26 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.String("trace_path", &out->trace_path);
   s.Bool("overlap_step", &out->overlap_step);
   s.Bytes("pinned_memory_limit", &out->pinned_memory_limit_bytes);
+  if (s.Bytes("nvme_grad_chunk", &out->nvme_grad_chunk_bytes) == Got::kValue &&
+      out->nvme_grad_chunk_bytes % (16 << 10) != 0) {
+    ctx->Error(
+        s.KeyPath("nvme_grad_chunk"),
+        "must be a multiple of 16 KiB (4096 fp32 gradients), or 0 (gradients in CPU memory)");
+  }
+  ReadCpuMemory(s, &out->cpu_memory_bytes);  // engine/config/cpu_memory.h
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;
+  }
+  if (const Json* v = s.Get("swap_chunk_bytes"); v != nullptr && v->is_string() && *v == "auto") {
+    out->swap_chunk_auto = true;
+    out->swap_chunk_bytes = StrataConfig::kSwapChunkDefault;
+    ctx->SetOrigin(s.KeyPath("swap_chunk_bytes"), OriginKind::kAuto, "64 MiB");
+  } else if (s.Bytes("swap_chunk_bytes", &out->swap_chunk_bytes) == Got::kValue &&
+             out->swap_chunk_bytes < StrataConfig::kSwapChunkMin) {
+    ctx->Error(s.KeyPath("swap_chunk_bytes"),
+               "= " + std::to_string(out->swap_chunk_bytes) +
+                   " is too small: at least 4096 bytes (or \"auto\", or e.g. \"64M\")");
   }
 
   for (const char* k : {"aio_engine", "aio_allow_buffered", "aio_sqpoll"}) {

@@ -37,13 +37,31 @@ struct StrataConfig {
   // Start offloaded sub-groups' optimizer steps during the boundary backward
   // (engine/optim/step_overlap.h).
   bool overlap_step = true;
+  // offload_optimizer nvme at stages 2-3: the fp32 gradients go to an NVMe region in chunks of
+  // this many bytes (engine/optim/grad_region.h; a multiple of 16 KiB); 0 keeps the whole
+  // gradient partition in pinned CPU memory.
+  uint64_t nvme_grad_chunk_bytes = uint64_t{16} << 20;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;
+  // strata.cpu_memory: the CPU memory (pinned + pageable) one rank plans within; 0 = no budget.
+  // "auto" is resolved when the config is read (engine/config/cpu_memory.h).
+  uint64_t cpu_memory_bytes = 0;
+  // Not a key: set once the planner chose the "auto" sizing keys within cpu_memory
+  // (engine/plan/cpu_budget.h), so a second pass (the engine after `strata train`) keeps them.
+  bool sizes_within_budget = false;
   // Tokens per chunk of the LM head + loss (nn/modules/lm_head_loss.h): 0 = all tokens at once,
   // kLmHeadChunkAuto = "auto" (whole while the logits are at most 64 MiB, else chunks whose
   // logits are about the size of the hidden states, at least 256 tokens).
   static constexpr int64_t kLmHeadChunkAuto = -1;
   int64_t lm_head_chunk = kLmHeadChunkAuto;
+  // Bytes of fp32 master + exp_avg + exp_avg_sq (12 B an element) the NVMe optimizer moves per
+  // swap unit (engine/optim/optimizer_nvme.h: Note [Chunks]): a sub-group larger than this is
+  // stepped in chunks of this size, so the pinned swap buffers are buffer_count x this whatever
+  // sub_group_size is. "auto" (swap_chunk_auto): kSwapChunkDefault until a planner chooses.
+  static constexpr uint64_t kSwapChunkDefault = uint64_t{64} << 20;
+  static constexpr uint64_t kSwapChunkMin = uint64_t{4} << 10;
+  uint64_t swap_chunk_bytes = kSwapChunkDefault;
+  bool swap_chunk_auto = false;
 };
 
 namespace internal {

@@ -132,8 +132,29 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
   po.device = device;
   po.budget = budget;
   po.name = "fp32 gradient partition (offload_optimizer nvme)";
+  if (options.grad_chunk_numel > 0) {  // the gradients on NVMe: a sub-group's at a time in RAM
+    GradRegionOptions ro;
+    ro.nvme_paths = options.nvme_paths;
+    ro.rank = options.rank;
+    ro.checksums = options.checksums;
+    ro.chunk_numel = options.grad_chunk_numel;
+    ro.buffer_count = options.grad_buffer_count;
+    ro.pin_memory = options.pin_memory;
+    ro.device = device;
+    ro.budget = budget;
+    auto region = GradRegion::Create(std::max<size_t>(numel, 1), ro, aio);
+    if (!region.ok()) return region.status().WithContext("offload_optimizer nvme");
+    s->region_ = std::move(region).value();
+    size_t largest = 1;
+    for (const SubGroup& g : sub_groups) largest = std::max(largest, Numel(g));
+    po.buffer_bytes = largest * sizeof(float);
+    po.lock = false;  // read by the CPU update only
+    po.device = nullptr;
+    po.name = "sub-group gradients (read from the NVMe gradient region)";
+  }
   STRATA_ASSIGN_OR_RETURN(s->grad_pool_, PinnedPool::Create(po));
   s->grad_slab_ = s->grad_pool_->Acquire();
+  if (s->region_ != nullptr) return s;
   s->grad_ = static_cast<float*>(s->grad_slab_.data());
   std::memset(s->grad_, 0, numel * sizeof(float));
   return s;
@@ -148,7 +169,8 @@ NvmeOptimizerState::~NvmeOptimizerState() {
 }
 
 uint64_t NvmeOptimizerState::cpu_bytes() const {
-  return swapper_->buffer_bytes() + grad_slab_.size() + stage_.size() * sizeof(float);
+  return swapper_->buffer_bytes() + grad_slab_.size() + stage_.size() * sizeof(float) +
+         (region_ != nullptr ? region_->cpu_bytes() : 0);
 }
 
 void NvmeOptimizerState::SumNormChunksHere(size_t first, size_t last) const {
@@ -182,6 +204,7 @@ std::pair<size_t, size_t> NvmeOptimizerState::WholeChunks(size_t begin, size_t e
 }
 
 void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
+  if (region_ != nullptr) return;  // the region took its sums as the gradients were written
   const auto [first, last] = WholeChunks(begin, end);
   if (first < last) SumNormChunks(first, last);
 }
@@ -190,6 +213,7 @@ double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
   // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
   // parallel, added in order: the same bits as the sequential loop.
   if (end <= begin) return 0;
+  if (region_ != nullptr) return region_->SquaredNorm();
   double total = 0;
   if (begin == 0 && end == numel_) {
     SumNormChunks(0, norm_sums_.size());
@@ -204,6 +228,7 @@ double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
 }
 
 bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
+  if (region_ != nullptr) return region_->HasNonFinite();
   if (begin == 0 && end == numel_) {
     SumNormChunks(0, norm_sums_.size());  // kept for GradSquaredNorm
     return std::any_of(norm_sums_.begin(), norm_sums_.end(),
@@ -215,8 +240,18 @@ bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
 }
 
 void NvmeOptimizerState::ZeroGrad(bool memory) const {
-  if (memory) std::memset(grad_, 0, numel_ * sizeof(float));
+  // A region's next pass starts from zero (GradRegion::BeginPass), with no pass over the bytes.
+  if (memory && region_ == nullptr) std::memset(grad_, 0, numel_ * sizeof(float));
   std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
+}
+
+Result<const float*> NvmeOptimizerState::SubGroupGrads(int i) {
+  const SubGroup& g = groups_[static_cast<size_t>(i)];
+  if (region_ == nullptr) return grad_ + g.flat_begin;
+  float* out = static_cast<float*>(grad_slab_.data());
+  Status s = region_->Read(g.flat_begin, Numel(g), out);
+  if (!s.ok()) return s.WithContext("gradients of sub-group " + std::to_string(i));
+  return static_cast<const float*>(out);
 }
 
 int NvmeOptimizerState::SubGroupOf(size_t e) const {
@@ -397,16 +432,23 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
   };
   StepOptions so;
   so.grad_scale = grad_scale;
+  Status grads_error;  // a gradient region's read (the update is then refused: grads null)
   Status s = swapper_->Step(
       [&](int k) {
-        const SubGroup& g = groups_[static_cast<size_t>(group_of[static_cast<size_t>(k)])];
+        const int sg = group_of[static_cast<size_t>(k)];
+        const SubGroup& g = groups_[static_cast<size_t>(sg)];
         if (tracing) {
           end_sub_group_span();
-          sg_current = group_of[static_cast<size_t>(k)];
+          sg_current = sg;
           sg_begin = tracer_->NowUs();
         }
         SubGroupIo io;
-        io.grads = grad_ + g.flat_begin;
+        Result<const float*> grads = SubGroupGrads(sg);
+        if (!grads.ok()) {
+          grads_error = grads.status();
+          return io;
+        }
+        io.grads = *grads;
         io.grad_dtype = DType::kFloat32;
         if (param_copy != nullptr) {
           io.param_copy = static_cast<uint8_t*>(param_copy) + g.flat_begin * copy_bytes;
@@ -421,6 +463,7 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
   span.AddArg("update_ms", st.update_ms);
   span.AddArg("bytes_read", static_cast<double>(st.bytes_read));
   span.AddArg("bytes_written", static_cast<double>(st.bytes_written));
+  if (!grads_error.ok()) s = grads_error;
   if (!s.ok()) return s.WithContext("offload_optimizer nvme step " + std::to_string(step));
   return Status::Ok();
 }
@@ -474,6 +517,8 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
   const SubGroup& g = groups_[static_cast<size_t>(i)];
   const size_t n = Numel(g);
   if (n == 0) return Status::Ok();
+  if (region_ != nullptr) grad_checks = false;  // the region's sums are taken already
+  STRATA_ASSIGN_OR_RETURN(const float* grads, SubGroupGrads(i));
   // The state in its slot: the checksums fused into the update (optimizer_nvme_fused.cc).
   const int at = slot_of_.empty() ? -1 : slot_of_[static_cast<size_t>(i)];
   if (at >= 0 && swapper_->checksums() &&
@@ -489,7 +534,7 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
   t.params = master;
   t.exp_avg = exp_avg;
   t.exp_avg_sq = exp_avg_sq;
-  t.grads = grad_ + g.flat_begin;
+  t.grads = grads;
   t.grad_dtype = DType::kFloat32;
   // As the swapper: fp16/bf16 copy-out fused into the update, fp32 a copy after it.
   const bool fp32_copy = param_copy != nullptr && copy_dtype == DType::kFloat32;

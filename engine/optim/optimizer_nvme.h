@@ -1,10 +1,16 @@
 // NvmeOptimizerState: `offload_optimizer.device = nvme` — ZeRO-Infinity's optimizer placement, the
 // NVMe counterpart of OptimizerState (engine/optim/optimizer_state.h). The fp32 master weights and
 // the Adam moments of one rank's flat partition live on NVMe, one swap extent per sub-group
-// (`sub_group_size`), and are stepped through the pipelined OptimizerSwapper (swap/): read(i+1) ||
+// (`sub_group_size`, cut by the engine into swap chunks of at most strata.swap_chunk_bytes:
+// engine/optim/swap_chunks.h; here a "sub-group" is one such chunk, so every pinned buffer and
+// the stage below are bounded by the chunk, not by sub_group_size), and are stepped through the
+// pipelined OptimizerSwapper (swap/): read(i+1) ||
 // CPU Adam(i) || write(i-1) with `pipeline_read` / `pipeline_write` and `buffer_count` pinned
 // buffers. The fp32 gradient partition stays in pinned CPU memory (PinnedPool, charged to the
-// TierBudget), where the engine accumulates it, as ZeRO-Infinity keeps it.
+// TierBudget), where the engine accumulates it — or, with grad_chunk_numel set, on NVMe in a
+// GradRegion (engine/optim/grad_region.h; grad() is then null): the step reads each sub-group's
+// gradients from it into one sub-group-sized buffer just before its update, and the norm and
+// overflow check are the region's (taken as the gradients were written).
 //
 // Same names as OptimizerState where the meaning is the same (grad(), GradSquaredNorm,
 // GradHasNonFinite, ZeroGrad), and the same bits: a step here gives exactly the master, moments
@@ -55,6 +61,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
+#include "engine/optim/grad_region.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
@@ -82,6 +89,10 @@ struct NvmeOptimizerStateOptions {
   int num_threads = 0;  // CpuOptimizerOptions::num_threads
   // The AioHandle made when Create is given none (the `aio` section).
   AioOptions aio;
+  // > 0: the gradients live in a GradRegion of chunks of this many elements (a multiple of
+  // kSquaredNormChunk) with grad_buffer_count pinned chunk buffers; 0: a pinned partition.
+  size_t grad_chunk_numel = 0;
+  size_t grad_buffer_count = kGradRegionBuffers;
 };
 
 // The options from a resolved config: offload_optimizer's nvme_path (a relative path is taken
@@ -108,8 +119,10 @@ class NvmeOptimizerState {
   size_t numel() const { return numel_; }
   int num_sub_groups() const { return static_cast<int>(groups_.size()); }
   const SubGroup& sub_group(int i) const { return groups_[static_cast<size_t>(i)]; }
-  // The fp32 gradient partition (pinned host memory, numel() floats).
+  // The fp32 gradient partition (pinned host memory, numel() floats); null with a gradient region.
   float* grad() const { return grad_; }
+  // The gradient region (options.grad_chunk_numel > 0), or null. The reducer adds into it.
+  GradRegion* grad_region() const { return region_.get(); }
   // State bytes on NVMe (master + moments, 12 B per element, before alignment) and pinned CPU
   // bytes (swap buffers once made, the gradient partition).
   uint64_t nvme_bytes() const { return 3 * uint64_t{numel_} * sizeof(float); }
@@ -120,6 +133,7 @@ class NvmeOptimizerState {
   // PrecomputeGradChecks took; GradSquaredNorm then forgets them. The overflow check reads the
   // chunk sums too: a float's square is finite in double, so a chunk's sum is finite exactly
   // when its elements are (and the norm then reuses them).
+  // With a gradient region only the whole partition is asked (its sums are the region's).
   double GradSquaredNorm(size_t begin, size_t end) const;
   bool GradHasNonFinite(size_t begin, size_t end) const;
   // Forgets the chunk sums; with `memory`, grad()[0, numel) = 0 (else the gradient reducer
@@ -323,6 +337,15 @@ class NvmeOptimizerState {
   std::unique_ptr<PinnedPool> grad_pool_;
   PinnedBuffer grad_slab_;
   float* grad_ = nullptr;
+  // With a gradient region: it, and the sub-group gradients read from it (grad_slab_, sized by
+  // the largest sub-group; which sub-group it holds, -1: none).
+  std::unique_ptr<GradRegion> region_;
+  int region_grads_of_ = -1;
+  // Sub-group i's gradients: grad_ + its begin, or read from the region into grad_slab_.
+  Result<const float*> SubGroupGrads(int i);
+  const float* GradsOf(const SubGroup& g) const {
+    return region_ != nullptr ? static_cast<const float*>(grad_slab_.data()) : grad_ + g.flat_begin;
+  }
   // The stage: one sub-group's master | exp_avg | exp_avg_sq (3 x its numel floats).
   std::vector<float> stage_;
   int staged_ = -1;

@@ -159,7 +159,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     st.params = v.params + e0;
     st.exp_avg = v.exp_avg + e0;
     st.exp_avg_sq = v.exp_avg_sq + e0;
-    st.grads = grad_ + g.flat_begin + e0;
+    st.grads = GradsOf(g) + e0;
     st.grad_dtype = DType::kFloat32;
     st.param_copy = copy == nullptr || fp32_copy ? nullptr : copy + e0 * cbytes;
     st.param_copy_dtype = copy_dtype;

@@ -30,7 +30,10 @@ bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0
 }  // namespace
 
 Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions options) {
-  if (options.device == nullptr || options.layout == nullptr || options.host_grad == nullptr ||
+  // No host array at all when the reducer adds into the NVMe optimizer's gradient region.
+  const bool region = options.nvme_opt != nullptr && options.nvme_opt->grad_region() != nullptr;
+  if (options.device == nullptr || options.layout == nullptr ||
+      (options.host_grad == nullptr && !(region && options.device_grad == nullptr)) ||
       (options.cpu_opt == nullptr) == (options.nvme_opt == nullptr)) {
     return InvalidArgumentError(
         "overlapped step: device, layout, host gradients and exactly one optimizer state (cpu or "
@@ -39,7 +42,7 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
   std::unique_ptr<StepOverlap> o(new StepOverlap(std::move(options)));
   const StepOverlapOptions& op = o->o_;
   const size_t slices = op.layout->slices().size();
-  o->group_of_slice_.assign(slices, 0);
+  o->groups_of_slice_.assign(slices, {0, 0});
   o->eligible_.assign(op.sub_groups.size(), 0);
   for (size_t g = 0; g < op.sub_groups.size(); ++g) {
     const SubGroup& sg = op.sub_groups[g];
@@ -48,7 +51,11 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
                                   " ends at slice " + std::to_string(sg.end_slice) + " of " +
                                   std::to_string(slices));
     }
-    for (size_t s = sg.first_slice; s < sg.end_slice; ++s) o->group_of_slice_[s] = g;
+    for (size_t s = sg.first_slice; s < sg.end_slice; ++s) {
+      auto& r = o->groups_of_slice_[s];
+      if (r.first == r.second) r.first = g;  // groups come in order: a contiguous run
+      r.second = g + 1;
+    }
     o->eligible_[g] = sg.flat_begin >= op.host_begin && sg.flat_end > sg.flat_begin &&
                       sg.end_slice > sg.first_slice;
   }
@@ -199,10 +206,15 @@ Status StepOverlap::WriteBackUpdated() {
 }
 
 Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
-  if (!active_ || param >= group_of_slice_.size()) return Status::Ok();
+  if (!active_ || param >= groups_of_slice_.size()) return Status::Ok();
   // A failed write-back is reported by Finish, which rolls the step back first.
   if (write_back_error_.ok()) write_back_error_ = WriteBackUpdated();
-  const size_t g = group_of_slice_[param];
+  const auto [first, end] = groups_of_slice_[param];
+  for (size_t g = first; g < end; ++g) STRATA_RETURN_IF_ERROR(OnReducedGroup(stream, g));
+  return Status::Ok();
+}
+
+Status StepOverlap::OnReducedGroup(const Stream& stream, size_t g) {
   if (remaining_[g] == 0 || --remaining_[g] != 0 || !eligible_[g]) return Status::Ok();
   if (args_.speculative) {  // the kept copies are bounded; the rest waits for the serial step
     const uint64_t kb = KeptBytes(g);
@@ -232,9 +244,13 @@ Status StepOverlap::OnReduced(const Stream& stream, size_t param) {
 }
 
 bool StepOverlap::CompletesSubGroup(size_t param) {
-  if (!active_ || param >= group_of_slice_.size()) return false;
-  const size_t g = group_of_slice_[param];
-  return unqueued_[g] != 0 && --unqueued_[g] == 0 && eligible_[g];
+  if (!active_ || param >= groups_of_slice_.size()) return false;
+  bool completes = false;
+  const auto [first, end] = groups_of_slice_[param];
+  for (size_t g = first; g < end; ++g) {
+    completes |= unqueued_[g] != 0 && --unqueued_[g] == 0 && eligible_[g];
+  }
+  return completes;
 }
 
 void StepOverlap::Push(size_t g) {

@@ -2,8 +2,10 @@
 // (strata.overlap_step, stages 2-3 with offload_optimizer cpu or nvme) — issue #15 "The optimizer
 // overlapped with backward, exactly".
 //
-// Readiness. A sub-group (engine/base/partition.h) is a run of whole parameter slices, so it is
-// complete once every one of its parameters has been reduced into the device gradient partition.
+// Readiness. A sub-group (engine/base/partition.h) is a run of parameter slices (whole ones; with
+// NVMe swap chunks, engine/optim/swap_chunks.h, a chunk may hold part of a slice and share it with
+// its neighbours), so it is complete once every parameter it touches has been reduced into the
+// device gradient partition.
 // Begin (the engine, before the boundary Backward) arms a count per sub-group; the GradReducer
 // reports each parameter after its += on the stream that ran it (OnReduced). At zero, the
 // sub-group's gradient range goes D2H into the host gradient array on the overlap's own copy
@@ -87,7 +89,8 @@ struct StepOverlapOptions {
   const float* device_grad = nullptr;
   // Where the step reads it on the host: host_grad[f - host_begin] is flat element f, for f in
   // [host_begin, partition_numel) (host_begin > 0 with partial offload: the device sub-groups'
-  // gradients stay on the device). Sub-groups below host_begin are never overlapped.
+  // gradients stay on the device). Sub-groups below host_begin are never overlapped. Null when
+  // the reducer adds into nvme_opt's gradient region (the update reads it from there).
   float* host_grad = nullptr;
   size_t host_begin = 0;
   // Exactly one: the optimizer state on the cpu tier, or on NVMe. Not owned.
@@ -198,7 +201,10 @@ class StepOverlap {
   void PauseWorker();
 
   StepOverlapOptions o_;
-  std::vector<size_t> group_of_slice_;
+  // Slice s touches sub-groups [groups_of_slice_[s].first, .second) (one unless chunks cut it).
+  std::vector<std::pair<size_t, size_t>> groups_of_slice_;
+  // OnReduced for one sub-group g that `param` touches.
+  Status OnReducedGroup(const Stream& stream, size_t g);
   std::vector<char> eligible_;  // on the host side of the split, and not empty
   Stream copy_stream_;
   Event reduced_;

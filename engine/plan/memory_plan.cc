@@ -9,7 +9,10 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "engine/base/partition.h"
+#include "engine/optim/grad_region.h"
 #include "engine/optim/partial_offload.h"
+#include "engine/optim/swap_chunks.h"
+#include "engine/plan/pageable_plan.h"
 #include "engine/zero/grad_reducer.h"
 
 namespace strata {
@@ -160,8 +163,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   for (const ShardSlice& s : layout.slices())
     max_shard = std::max<uint64_t>(max_shard, s.shard_numel);
   const uint64_t part = layout.partition_numel();
-  const std::vector<SubGroup> groups =
-      layout.SubGroups(static_cast<size_t>(std::max<int64_t>(z.sub_group_size, 0)));
+  // offload_optimizer nvme: the swap chunks (strata.swap_chunk_bytes), as the engine steps them.
+  const std::vector<SubGroup> groups = OptimizerSubGroups(layout, config);
 
   MemoryPlan plan;
   plan.placement = Placement(config, dtype);
@@ -282,14 +285,30 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         swap += SwapExtentBytes(g.flat_end - g.flat_begin);
       }
       p.Device("fp32 gradient partition", device_grad * 4);
-      p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
-      p.Pinned("optimizer swap buffers (buffer_count x largest sub-group)",
+      // Stages 2-3 with strata.nvme_grad_chunk: the gradients on NVMe (engine/optim/
+      // grad_region.h) — its chunk buffers, one sub-group's gradients read for its update.
+      const size_t grad_chunk =
+          z.stage >= 2 ? static_cast<size_t>(config.strata.nvme_grad_chunk_bytes / 4) : 0;
+      if (grad_chunk > 0) {
+        GradRegionOptions ro;
+        ro.chunk_numel = grad_chunk;
+        p.Add(opt_pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu,
+              "gradient region buffers (" + std::to_string(GradRegionBufferCount(ro, part)) +
+                  " x strata.nvme_grad_chunk)",
+              GradRegionCpuBytes(ro, part));  // rounded per buffer as the pool does
+        p.Add(PlanTier::kPageableCpu, "swap chunk gradients read from the region (largest)",
+              PinnedAlloc(4 * std::max<uint64_t>(largest_group, 1)));
+        p.Add(PlanTier::kNvme, "fp32 gradient region", GradRegionNvmeBytes(grad_chunk, part));
+      } else {
+        p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
+      }
+      p.Pinned("optimizer swap buffers (buffer_count x largest swap chunk)",
                static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
                    SwapExtentBytes(largest_group),
                opt_pin);
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
-      p.Pinned("optimizer state staging (one sub-group)", 12 * largest_group, opt_pin);
+      p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);
       if (pd != OffloadDevice::kCpu) p.Pinned(StagingLabel(pd), part * cb, opt_pin);
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
@@ -303,6 +322,10 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   p.Device("step scalars", 4);
   p.Add(PlanTier::kPageableCpu, "parameter initialisation (largest parameter, fp32)",
         model.LargestParameter() * 4);
+  // What the step keeps on the side and the like (engine/plan/pageable_plan.h).
+  AddPageableItems(
+      model, config,
+      {.offloaded_numel = part - split, .compute_bytes = cb, .largest_shard = max_shard}, &plan);
 
   // The model's own buffers.
   p.Device("model buffers (batch-independent)", model.fixed_device_bytes);
@@ -347,6 +370,12 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     for (const SubGroup& g : groups) swap += SwapExtentBytes(g.flat_end - g.flat_begin);
     t.nvme_read_bytes += swap;
     t.nvme_write_bytes += swap;
+    if (z.stage >= 2 && config.strata.nvme_grad_chunk_bytes > 0) {
+      // The gradient region, at most: each micro-batch writes the partition; each later one and
+      // the step read it back (chunks still in the buffers cost nothing).
+      t.nvme_write_bytes += gas * part * 4;
+      t.nvme_read_bytes += gas * part * 4;
+    }
   }
   if (pd != OffloadDevice::kNone) {
     t.host_to_device_bytes += gas * 2 * part * cb;  // the shard goes up for forward and backward

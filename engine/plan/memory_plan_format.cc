@@ -32,11 +32,7 @@ std::string FormatTierTable(const MemoryPlan& plan, const std::optional<TierByte
     if (peaks) {
       const uint64_t peak = (*peaks)[i];
       char ratio[32] = "-";
-      // Pageable CPU is measured as RSS growth, which also holds the libraries' own buffers
-      // (OpenBLAS, thread stacks, the data file): shown, not compared with the plan.
-      if (t == PlanTier::kPageableCpu) {
-        std::snprintf(ratio, sizeof(ratio), "n/a");
-      } else if (planned > 0) {
+      if (planned > 0) {
         std::snprintf(ratio, sizeof(ratio), "%.3f",
                       static_cast<double>(peak) / static_cast<double>(planned));
       }

@@ -55,7 +55,10 @@ size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world) 
 }
 
 Result<std::unique_ptr<GradReducer>> GradReducer::Create(const GradReducerOptions& options) {
-  const bool host = options.host_partition != nullptr;
+  if (options.host_partition != nullptr && options.host_target != nullptr) {
+    return InvalidArgumentError("gradient reducer: a host partition or a host target, not both");
+  }
+  const bool host = options.host_partition != nullptr || options.host_target != nullptr;
   const bool needs_device = !host || options.host_begin > 0;
   if (options.comm == nullptr || options.device == nullptr || options.layout == nullptr ||
       (needs_device && options.partition == nullptr) || !options.compute.valid() ||
@@ -88,6 +91,12 @@ Result<std::unique_ptr<GradReducer>> GradReducer::Create(const GradReducerOption
 }
 
 Status GradReducer::InitHostTarget() {
+  if (o_.host_target != nullptr) {
+    target_ = o_.host_target;
+  } else {
+    own_target_ = std::make_unique<HostArrayGradTarget>(o_.host_partition, o_.host_begin);
+    target_ = own_target_.get();
+  }
   size_t max_shard = 1;
   for (const ShardSlice& s : o_.layout->slices()) max_shard = std::max(max_shard, s.shard_numel);
   staging_numel_ = GradStagingNumel(max_shard, o_.bucket_numel, o_.layout->world());
@@ -268,7 +277,7 @@ Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSl
     const size_t k = next_staging_;
     next_staging_ = (next_staging_ + 1) % staging_.size();
     float* stage = static_cast<float*>(staging_[k].data());
-    float* dst = o_.host_partition + (sl.flat_offset + off - o_.host_begin);
+    const size_t flat = sl.flat_offset + off;
     STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // the buffer's previous chunk is added
     STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
     if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
@@ -278,11 +287,11 @@ Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSl
     STRATA_RETURN_IF_ERROR(copied_[k].Record(s));
     copy_bytes_ += n * sizeof(float);
     STRATA_RETURN_IF_ERROR(add_stream_.Wait(copied_[k]));
-    STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([dst, stage, n] {
+    STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([target = target_, flat, stage, n] {
       Tracer* t = CurrentTracer();
       if (t != nullptr) t->NameThisThreadIfUnnamed("stream grad add");
       TraceSpan span(t, "host grad add", "copy");
-      for (size_t i = 0; i < n; ++i) dst[i] += stage[i];
+      return target->Add(flat, stage, n);
     }));
     STRATA_RETURN_IF_ERROR(added_[k].Record(add_stream_));
     add_pending_ = true;
@@ -298,7 +307,7 @@ Status GradReducer::ReduceBucket() {
     STRATA_RETURN_IF_ERROR(s.Wait(compute_done_));
     comm_pending_ = true;
   }
-  const bool host = o_.host_partition != nullptr;
+  const bool host = target_ != nullptr;
   const bool one_rank = o_.comm->world_size() == 1;  // Note [Copy first]: the slot is the shard
   for (const Queued& q : queue_) {
     const size_t param = q.param;
@@ -365,11 +374,26 @@ Status GradReducer::Flush() {
     STRATA_RETURN_IF_ERROR(o_.compute.Wait(comm_done_));
     comm_pending_ = false;
   }
+  if (pass_open_) {  // the target's pass ends after its adds
+    STRATA_RETURN_IF_ERROR(
+        add_stream_.LaunchHostFunc([target = target_] { return target->EndPass(); }));
+    pass_open_ = false;
+    add_pending_ = true;
+  }
   if (add_pending_) {  // and the host part's adds
     STRATA_RETURN_IF_ERROR(add_done_.Record(add_stream_));
     STRATA_RETURN_IF_ERROR(o_.compute.Wait(add_done_));
     add_pending_ = false;
   }
+  return Status::Ok();
+}
+
+Status GradReducer::BeginPass(bool first, bool last) {
+  // A flat array's passes are no-ops: nothing enqueued, so its streams run as they always did.
+  if (target_ == nullptr || target_->array() != nullptr) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc(
+      [target = target_, first, last] { return target->BeginPass(first, last); }));
+  pass_open_ = true;
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/comm/communicator.h"
+#include "engine/zero/grad_target.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
@@ -70,6 +71,9 @@ struct GradReducerOptions {
   // host_begin] (+= target). Null: everything goes to `partition` (host_begin is ignored).
   float* host_partition = nullptr;
   size_t host_begin = 0;
+  // Instead of host_partition: the host part goes through this target (engine/zero/grad_target.h:
+  // the NVMe gradient region), always staged and added (no copy-first, no rows). Not owned.
+  GradTarget* host_target = nullptr;
   // The host target's staging buffers: page-locked if pin_memory, charged to `budget` if set.
   bool pin_memory = true;
   TierBudget* budget = nullptr;
@@ -96,8 +100,12 @@ class GradReducer {
   // in the host part and not yet written in this stale pass (Note [Copy first]).
   bool TakesRows(size_t param) const;
   // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result
-  // (the host part's adds included).
+  // (the host part's adds included, and the target's EndPass after a BeginPass).
   Status Flush();
+  // A backward pass begins (the engine, before it): the host target's BeginPass, on the add
+  // stream after the previous pass's adds (Flush then enqueues its EndPass). No-op without a
+  // host target or with a flat array.
+  Status BeginPass(bool first, bool last);
 
   // The host partition's contents are stale (its owner did not zero it): in the next backward
   // pass (up to Flush) each host element's first contribution is copied D2H straight into it
@@ -165,6 +173,9 @@ class GradReducer {
   bool comm_pending_ = false;
 
   // Host target (Note [Reducing into host memory] in grad_reducer.cc).
+  GradTarget* target_ = nullptr;  // o_.host_target, or own_target_ over host_partition
+  std::unique_ptr<HostArrayGradTarget> own_target_;
+  bool pass_open_ = false;  // BeginPass enqueued, EndPass not yet
   size_t staging_numel_ = 0;
   std::unique_ptr<PinnedPool> staging_pool_;
   std::vector<PinnedBuffer> staging_;

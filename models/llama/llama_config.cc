@@ -399,6 +399,25 @@ LlamaConfig Mistral7B() {  // mistralai/Mistral-7B-v0.1: 7.24B, sliding window 4
   return c;
 }
 
+LlamaConfig Llama70B(int64_t vocab, double theta, int64_t max_pos, DType dtype) {
+  LlamaConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = 8192;
+  c.intermediate_size = 28672;
+  c.num_hidden_layers = 80;
+  c.num_attention_heads = 64;
+  c.num_key_value_heads = 8;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = theta;
+  c.torch_dtype = dtype;
+  return c;
+}
+// meta-llama/Llama-2-70b-hf: 68.98B
+LlamaConfig Llama2_70B() { return Llama70B(32000, 10000.0, 4096, DType::kFloat16); }
+// meta-llama/Meta-Llama-3-70B: 70.55B
+LlamaConfig Llama3_70B() { return Llama70B(128256, 500000.0, 8192, DType::kBFloat16); }
+
 struct Preset {
   const char* name;
   LlamaConfig (*make)();
@@ -412,6 +431,9 @@ constexpr Preset kPresets[] = {
     {"llama3.2-3b", Llama32_3B},
     {"llama3.1-8b", Llama31_8B},
     {"mistral-7b", Mistral7B},
+    {"3b", Llama32_3B},  // for estimates and docs/infinity.md's table: Llama 3.2 3B's shape
+    {"llama-70b", Llama2_70B},
+    {"llama3-70b", Llama3_70B},
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "core/flags.h"
 #include "core/units.h"
 #include "engine/config/config.h"
+#include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_footprint.h"
@@ -99,7 +100,24 @@ Machine ProbeMachine(const Options& o, const FlagParser& flags) {
 }
 
 // The model as the planner sees it.
-Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len) {
+// A Llama's parameter names in LlamaFootprint's order.
+std::vector<std::string> LlamaParamNames(const llama::LlamaConfig& c) {
+  std::vector<std::string> n = {"model.embed_tokens.weight"};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* w : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                          "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+                          "input_layernorm", "post_attention_layernorm"}) {
+      n.push_back(p + w + ".weight");
+    }
+  }
+  n.push_back("model.norm.weight");
+  if (!c.tie_word_embeddings) n.push_back("lm_head.weight");
+  return n;
+}
+
+Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len,
+                             std::vector<std::string>* names) {
   if (o.params > 0) {
     const uint64_t n = static_cast<uint64_t>(o.params);
     const uint64_t layer = o.largest_layer > 0 ? static_cast<uint64_t>(o.largest_layer)
@@ -120,6 +138,7 @@ Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len
     STRATA_ASSIGN_OR_RETURN(c, llama::ReadLlamaConfig(o.model));
   }
   *hidden = c.hidden_size;
+  *names = LlamaParamNames(c);
   *seq_len = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(2048, c.max_position_embeddings);
   if (*seq_len > c.max_position_embeddings) {
     return InvalidArgumentError("--seq-len " + std::to_string(*seq_len) +
@@ -147,10 +166,28 @@ struct Candidate {
   MemoryPlan plan;
   uint64_t cpu_per_node = 0, nvme_per_node = 0;
   std::optional<std::string> misfit;  // the tier that does not fit
+  std::string misfit_detail;          // what does not fit, in words
+  // NVMe placements: the sizing keys chosen within the CPU budget (engine/plan/cpu_budget.h).
+  bool searched = false;
+  uint64_t cpu_budget = 0;  // per rank: --cpu-mem / ranks per node
+  uint64_t minimum_cpu = 0;
+  std::vector<std::pair<std::string, int64_t>> chosen;
 };
 
+// The sizing keys the search chose, as (path, value).
+std::vector<std::pair<std::string, int64_t>> ChosenValues(const BudgetPlan& b) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const std::string& line : b.chosen) {
+    const size_t eq = line.find(" = ");
+    out.emplace_back(line.substr(0, eq), std::stoll(line.substr(eq + 3)));
+  }
+  return out;
+}
+
 std::string ConfigJson(const Options& o, int stage, const std::string& offload,
-                       const std::string& nvme_path) {
+                       const std::string& nvme_path,
+                       const std::vector<std::pair<std::string, int64_t>>& chosen = {},
+                       uint64_t cpu_budget = 0) {
   nlohmann::ordered_json j;
   j["train_micro_batch_size_per_gpu"] = o.micro_batch;
   j["gradient_accumulation_steps"] = 1;
@@ -167,6 +204,17 @@ std::string ConfigJson(const Options& o, int stage, const std::string& offload,
     if (stage == 3) z["offload_param"] = off;
   }
   j["zero_optimization"] = z;
+  // The keys chosen within the CPU budget, under their DeepSpeed paths.
+  for (const auto& [path, value] : chosen) {
+    nlohmann::ordered_json* at = &j;
+    size_t begin = 0;
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', begin)) {
+      at = &(*at)[path.substr(begin, dot - begin)];
+      begin = dot + 1;
+    }
+    (*at)[path.substr(begin)] = value;
+  }
+  if (cpu_budget > 0) j["strata"] = {{"cpu_memory", cpu_budget}};
   return j.dump(2);
 }
 
@@ -175,23 +223,81 @@ std::string Disallowed(int stage, const std::string& offload) {
   return "";
 }
 
+// Which parameter is the largest and its name ("model.layers.N.mlp.gate_proj.weight" for a
+// Llama, else its index).
+std::string LargestParameterName(const ModelShape& shape, const std::vector<std::string>& names) {
+  size_t at = 0;
+  for (size_t i = 0; i < shape.param_numels.size(); ++i) {
+    if (shape.param_numels[i] > shape.param_numels[at]) at = i;
+  }
+  return at < names.size() ? names[at]
+                           : "parameter " + std::to_string(at) + " of " +
+                                 std::to_string(shape.param_numels.size());
+}
+
+std::string DeviceMisfit(const ModelShape& shape, const Config& config, const MemoryPlan& plan,
+                         uint64_t gpu, const std::vector<std::string>& names) {
+  const PlanItem* big = nullptr;
+  for (const PlanItem& it : plan.items) {
+    if (it.tier == PlanTier::kDevice && (big == nullptr || it.bytes > big->bytes)) big = &it;
+  }
+  std::string out = "device needs " + FormatBytes(plan.bytes(PlanTier::kDevice)) + " of " +
+                    FormatBytes(gpu) + " (largest: " + (big ? big->what : "-") + ", " +
+                    FormatBytes(big ? big->bytes : 0) + ")";
+  // The least a device can hold: one layer's parameters gathered in the compute dtype and its
+  // fp32 gradients (ZeRO-3 with everything offloaded; DeepSpeed's "largest layer" term).
+  const uint64_t cb = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  const uint64_t layer = shape.LargestParameter() * (cb + 4);
+  if (layer > gpu) {
+    out += "; the single layer " + LargestParameterName(shape, names) + " (" +
+           std::to_string(shape.LargestParameter()) + " params) alone needs " + FormatBytes(layer) +
+           " (gathered parameters + fp32 gradients): no placement fits it";
+  }
+  return out;
+}
+
 Status Evaluate(const ModelShape& shape, const Config& config, const Options& o, const Machine& m,
+                const std::vector<std::string>& free_keys, const std::vector<std::string>& names,
                 Candidate* c) {
   PlanOptions po;
   po.world = static_cast<int>(o.world);
   po.activation_checkpointing = o.checkpointing;
   po.include_activations = o.params == 0;
-  STRATA_ASSIGN_OR_RETURN(c->plan, PlanEngineMemory(shape, config, po));
   const uint64_t per_node = static_cast<uint64_t>((o.world + o.nodes - 1) / o.nodes);
+  const ZeroConfig& z = config.zero;
+  const bool nvme = z.offload_optimizer.device == OffloadDevice::kNvme ||
+                    (z.stage == 3 && z.offload_param.device == OffloadDevice::kNvme);
+  if (nvme && !free_keys.empty()) {
+    // The buffers sized within the CPU budget (engine/plan/cpu_budget.h).
+    c->searched = true;
+    c->cpu_budget =
+        config.strata.cpu_memory_bytes > 0 ? config.strata.cpu_memory_bytes : m.cpu / per_node;
+    STRATA_ASSIGN_OR_RETURN(BudgetPlan b,
+                            SearchWithinCpuBudget(shape, config, po, c->cpu_budget, free_keys));
+    c->plan = std::move(b.plan);
+    c->minimum_cpu = b.minimum_cpu_bytes;
+    c->chosen = ChosenValues(b);
+  } else {
+    STRATA_ASSIGN_OR_RETURN(c->plan, PlanEngineMemory(shape, config, po));
+  }
   c->cpu_per_node =
       per_node * (c->plan.bytes(PlanTier::kPinnedCpu) + c->plan.bytes(PlanTier::kPageableCpu));
   c->nvme_per_node = per_node * c->plan.bytes(PlanTier::kNvme);
   if (c->plan.bytes(PlanTier::kDevice) > m.gpu) {
     c->misfit = "device";
+    c->misfit_detail = DeviceMisfit(shape, config, c->plan, m.gpu, names);
   } else if (c->cpu_per_node > m.cpu) {
     c->misfit = "cpu";
+    c->misfit_detail = "cpu needs " + FormatBytes(c->cpu_per_node) + " per node of " +
+                       FormatBytes(m.cpu) +
+                       (c->searched ? " with the sizing keys at their smallest (the minimum "
+                                      "pipeline: " +
+                                          FormatBytes(c->minimum_cpu) + " per rank)"
+                                    : std::string());
   } else if (c->nvme_per_node > m.nvme) {
     c->misfit = "nvme";
+    c->misfit_detail =
+        "nvme needs " + FormatBytes(c->nvme_per_node) + " per node of " + FormatBytes(m.nvme);
   }
   return Status::Ok();
 }
@@ -252,6 +358,22 @@ void PrintText(const Options& o, const ModelShape& shape, const Machine& m,
   }
   std::printf(
       "\nper rank; cpu fits when (pinned + pageable) x ranks per node <= cpu, nvme likewise.\n");
+  for (const Candidate& c : cs) {
+    if (!c.disallowed.empty() || (!c.searched && !c.misfit)) continue;
+    std::printf("stage %d %s: ", c.stage, c.offload.c_str());
+    if (c.misfit) {
+      std::printf("does not fit: %s\n", c.misfit_detail.c_str());
+      continue;
+    }
+    std::string keys;
+    for (const auto& [path, value] : c.chosen) {
+      keys += (keys.empty() ? "" : ", ") + path.substr(path.find('.') + 1) + " " +
+              std::to_string(value);
+    }
+    std::printf("buffers sized within %s CPU per rank (minimum pipeline %s): %s\n",
+                FormatBytes(c.cpu_budget).c_str(), FormatBytes(c.minimum_cpu).c_str(),
+                keys.empty() ? "as written" : keys.c_str());
+  }
   if (best != nullptr) {
     std::printf(
         "least traffic that fits (*): stage %d, offload %s (strata estimate ... "
@@ -270,7 +392,7 @@ int RunEstimate(const std::vector<std::string>& args) {
   Options o;
   FlagParser flags(kUsage);
   flags.String("preset", &o.preset,
-               "a preset: tiny, small, 1b, 7b, qwen2.5-0.5b, qwen3-0.6b, qwen3-4b");
+               "a preset: " + llama::LlamaPresetNames());
   flags.String("model", &o.model, "a Hugging Face Llama directory (reads config.json)");
   flags.Int("params", &o.params, "a bare parameter count (no activations)", 1);
   flags.Int("largest-layer", &o.largest_layer,
@@ -301,8 +423,8 @@ int RunEstimate(const std::vector<std::string>& args) {
   const int sources = !o.preset.empty() + !o.model.empty() + (o.params > 0);
   if (sources != 1) {
     return Fail(2,
-                "give exactly one of --preset NAME (tiny, small, 1b, 7b, qwen2.5-0.5b, qwen3-0.6b, "
-                "qwen3-4b), --model HF_DIR or "
+                "give exactly one of --preset NAME (" + llama::LlamaPresetNames() +
+                    "), --model HF_DIR or "
                 "--params N");
   }
   if (o.nodes > o.world) {
@@ -313,7 +435,8 @@ int RunEstimate(const std::vector<std::string>& args) {
     return Fail(2, "--emit-config chooses among all placements; it cannot be used with --config");
   }
   int64_t hidden = 0, seq_len = 0;
-  Result<ModelShape> shape = ReadShape(o, &hidden, &seq_len);
+  std::vector<std::string> names;
+  Result<ModelShape> shape = ReadShape(o, &hidden, &seq_len, &names);
   if (!shape.ok()) return Fail(2, shape.status().message());
   const Machine m = ProbeMachine(o, flags);
   const std::string nvme_path = o.nvme_path.empty() ? "/local_nvme" : o.nvme_path;
@@ -324,11 +447,16 @@ int RunEstimate(const std::vector<std::string>& args) {
   run.precision = o.dtype;
   if (hidden > 0) run.hidden_size = hidden;
   std::vector<Candidate> cs;
-  auto add = [&](int stage, const std::string& offload, const Config& config,
-                 std::string json) -> Status {
+  // The sweep's NVMe placements choose every sizing key within the CPU budget; --config only
+  // the ones it writes "auto".
+  auto add = [&](int stage, const std::string& offload, const Config& config, std::string json,
+                 const std::vector<std::string>& free_keys) -> Status {
     Candidate c;
     c.stage = stage, c.offload = offload, c.config_json = std::move(json);
-    STRATA_RETURN_IF_ERROR(Evaluate(*shape, config, o, m, &c));
+    STRATA_RETURN_IF_ERROR(Evaluate(*shape, config, o, m, free_keys, names, &c));
+    if (c.searched && !c.config_json.empty()) {
+      c.config_json = ConfigJson(o, stage, offload, nvme_path, c.chosen, c.cpu_budget);
+    }
     cs.push_back(std::move(c));
     return Status::Ok();
   };
@@ -341,9 +469,10 @@ int RunEstimate(const std::vector<std::string>& args) {
                                 : z.offload_optimizer.device;
     o.dtype = config->bf16.enabled ? "bf16" : config->fp16.enabled ? "fp16" : "fp32";
     o.micro_batch = config->batch.micro_batch_per_gpu;  // the activations of the config's batch
-    shape = ReadShape(o, &hidden, &seq_len);
+    shape = ReadShape(o, &hidden, &seq_len, &names);
     if (!shape.ok()) return Fail(2, shape.status().message());
-    if (Status s = add(static_cast<int>(z.stage), std::string(OffloadDeviceName(d)), *config, "");
+    if (Status s = add(static_cast<int>(z.stage), std::string(OffloadDeviceName(d)), *config, "",
+                       z.auto_sizes);
         !s.ok()) {
       return Fail(2, s.message());
     }
@@ -360,7 +489,9 @@ int RunEstimate(const std::vector<std::string>& args) {
         Result<Config> config = LoadConfigText(json, "<estimate>", run);
         if (!config.ok())
           return Fail(1, "internal: generated config: " + config.status().message());
-        if (Status s = add(stage, offload, *config, json); !s.ok()) return Fail(2, s.message());
+        if (Status s = add(stage, offload, *config, json, BudgetSizingKeys()); !s.ok()) {
+          return Fail(2, s.message());
+        }
       }
     }
   }
@@ -404,6 +535,14 @@ int RunEstimate(const std::vector<std::string>& args) {
       r["per_node_nvme_bytes"] = c.nvme_per_node;
       r["fits"] = !c.misfit.has_value();
       r["does_not_fit"] = c.misfit ? nlohmann::json(*c.misfit) : nlohmann::json(nullptr);
+      if (c.misfit) r["does_not_fit_detail"] = c.misfit_detail;
+      if (c.searched) {
+        nlohmann::json chosen = nlohmann::json::object();
+        for (const auto& [path, value] : c.chosen) chosen[path] = value;
+        r["cpu_budget_per_rank_bytes"] = c.cpu_budget;
+        r["minimum_cpu_bytes"] = c.minimum_cpu;
+        r["chosen"] = chosen;
+      }
       r["traffic"] = TrafficJson(c.plan.traffic, static_cast<int>(o.nodes));
       nlohmann::json items = nlohmann::json::array();
       for (const PlanItem& it : c.plan.items) {

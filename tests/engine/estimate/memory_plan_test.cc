@@ -185,6 +185,74 @@ TEST(MemoryPlanTest, FollowsTheZeroFormulasForMixedPrecisionAdam) {
   EXPECT_LT(p3.bytes(PlanTier::kDevice), p1.bytes(PlanTier::kDevice));
 }
 
+// Swap chunks (strata.swap_chunk_bytes): with the optimizer on NVMe the pinned swap buffers and
+// the state staging are sized by the chunk, so the planned pinned bytes are the same for
+// sub_group_size 1e6, 1e8 and DeepSpeed's default 1e9; a smaller chunk plans smaller buffers.
+TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
+  const ModelShape shape = ShapeFromNumels(std::vector<uint64_t>(8, 1 << 24), "134M");
+  auto plan = [&](int64_t sub_group_size, const std::string& chunk) {
+    const std::string text =
+        "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
+        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+        " \"zero_optimization\": {\"stage\": 3, \"sub_group_size\": " +
+        std::to_string(sub_group_size) +
+        ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"},"
+        " \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}}" +
+        (chunk.empty() ? "" : ", \"strata\": {\"swap_chunk_bytes\": " + chunk + "}") + "}";
+    Result<Config> c = LoadConfigText(text, "test-config", RunContext{});
+    EXPECT_THAT(c.status(), IsOk()) << text;
+    return PlanEngineMemory(shape, c.ok() ? *c : Config{}, PlanOptions{}).value();
+  };
+  auto item = [](const MemoryPlan& p, const std::string& prefix) -> uint64_t {
+    for (const PlanItem& i : p.items) {
+      if (i.what.rfind(prefix, 0) == 0) return i.bytes;
+    }
+    ADD_FAILURE() << "no plan item " << prefix;
+    return 0;
+  };
+  const MemoryPlan small = plan(1'000'000, "");
+  const MemoryPlan mid = plan(100'000'000, "");
+  const MemoryPlan deepspeed = plan(1'000'000'000, "");
+  EXPECT_EQ(small.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
+  EXPECT_EQ(mid.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
+  // 64 MiB chunks: 5592384 elements (a multiple of 64), three 4 KiB-aligned parts, 4 buffers.
+  const uint64_t part = (uint64_t{5592384} * 4 + 4095) / 4096 * 4096;
+  // Pinned allocations past 2 MiB are planned in huge pages.
+  auto huge = [](uint64_t b) { return (b + (uint64_t{2} << 20) - 1) / (2 << 20) * (2 << 20); };
+  EXPECT_EQ(item(deepspeed, "optimizer swap buffers"), huge(4 * 3 * part));
+  EXPECT_EQ(item(deepspeed, "optimizer state staging"), huge(12 * uint64_t{5592384}));
+  // The whole 134M-element partition is one sub-group at 1e9: unchunked, 4 x 12 B x 134M.
+  EXPECT_LT(item(deepspeed, "optimizer swap buffers"), uint64_t{4} * 12 * (8 << 24) / 16);
+  const MemoryPlan halved = plan(1'000'000'000, "\"32M\"");
+  EXPECT_LT(item(halved, "optimizer swap buffers"), item(deepspeed, "optimizer swap buffers"));
+  EXPECT_LT(halved.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
+}
+
+// offload_optimizer nvme at stage 3 (issue #36): with the gradients on NVMe
+// (strata.nvme_grad_chunk, default 16 MiB) the pinned plan holds two chunk buffers instead of the
+// fp32 gradient partition, and the NVMe plan holds the partition (one 4 KiB-aligned extent per
+// chunk).
+TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
+  const uint64_t n = uint64_t{32} << 20;  // 8 parameters of 4 Mi elements: 128 MiB of fp32
+  const ModelShape shape = ShapeFromNumels(std::vector<uint64_t>(8, n / 8), "32M");
+  const std::string zero =
+      "\"stage\": 3, \"sub_group_size\": 4194304, \"offload_optimizer\": {\"device\": "
+      "\"nvme\", \"nvme_path\": \"memory-plan-nvme\"}, \"offload_param\": {\"device\": \"cpu\"}";
+  Config region = MakeConfig(zero, "bf16", 1);
+  Config pinned = region;
+  pinned.strata.nvme_grad_chunk_bytes = 0;
+  const PlanOptions po{.world = 1, .rank = 0, .include_activations = false};
+  const MemoryPlan a = PlanEngineMemory(shape, region, po).value();
+  const MemoryPlan b = PlanEngineMemory(shape, pinned, po).value();
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_EQ(b.bytes(PlanTier::kPinnedCpu) - a.bytes(PlanTier::kPinnedCpu), 128 * mib - 2 * 16 * mib)
+      << FormatPlanItems(a);
+  EXPECT_EQ(a.bytes(PlanTier::kNvme) - b.bytes(PlanTier::kNvme), 128 * mib) << FormatPlanItems(a);
+  // One sub-group's gradients (4 Mi elements) are read from the region for its update.
+  EXPECT_EQ(a.bytes(PlanTier::kPageableCpu) - b.bytes(PlanTier::kPageableCpu), 16 * mib)
+      << FormatPlanItems(a);
+}
+
 TEST(MemoryPlanTest, RefusesBadWorldAndEmptyModels) {
   const Config config = MakeConfig("\"stage\": 0", "fp32", 1);
   PlanOptions po;

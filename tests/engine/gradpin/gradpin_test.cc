@@ -72,7 +72,12 @@ Result<EngineRun> MakeRun(const Spec& s) {
   EngineRun r;
   r.dir = std::make_unique<testing::ScratchDir>();
   std::string extra = s.dtype == DType::kBFloat16 ? "\"bf16\": {\"enabled\": true}," : "";
-  if (!s.overlap_step) extra += "\"strata\": {\"overlap_step\": false},";
+  // nvme: the gradients in the pinned partition this file is about (strata.nvme_grad_chunk 0;
+  // tests/engine/train/grad_region_engine_test.cc has them on NVMe).
+  std::string strata;
+  if (!s.overlap_step) strata += "\"overlap_step\": false";
+  if (s.opt == "nvme") strata += std::string(strata.empty() ? "" : ", ") + "\"nvme_grad_chunk\": 0";
+  if (!strata.empty()) extra += "\"strata\": {" + strata + "},";
   r.config = testing::MakeConfig(2, s.gas, ZeroKeys(s, r.dir->File("swap")), extra);
   r.device = testing::MakeHostDevice();
   r.comm = testing::MakeLocalComm();

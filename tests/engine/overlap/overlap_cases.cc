@@ -12,6 +12,7 @@ std::string OverlapCaseName(const OverlapCase& c) {
   n += "_" + std::string(DTypeName(c.dtype));
   n += c.clip == 0 ? "_noclip" : (c.clip < 1 ? "_clips" : "_clipidle");
   n += c.overlap_comm ? "_overlapcomm" : "";
+  if (c.chunk_bytes != 0) n += "_chunk" + std::to_string(c.chunk_bytes);
   return n;
 }
 
@@ -38,8 +39,9 @@ std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {
 }
 
 std::string ExtraKeys(const OverlapCase& c, bool overlap) {
-  std::string e =
-      std::string("\"strata\": {\"overlap_step\": ") + (overlap ? "true" : "false") + "},";
+  std::string e = std::string("\"strata\": {\"overlap_step\": ") + (overlap ? "true" : "false");
+  if (c.chunk_bytes != 0) e += ", \"swap_chunk_bytes\": " + std::to_string(c.chunk_bytes);
+  e += "},";
   if (c.dtype == DType::kBFloat16) e += "\"bf16\": {\"enabled\": true},";
   if (c.dtype == DType::kFloat16) {
     e += "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8, \"loss_scale_window\": 2},";

@@ -22,6 +22,7 @@ struct OverlapCase {
   double clip = 0;  // gradient_clipping (0: none)
   bool overlap_comm = false;
   int64_t gas = 2;
+  uint64_t chunk_bytes = 0;  // strata.swap_chunk_bytes (0: the key is absent)
 };
 
 std::string OverlapCaseName(const OverlapCase& c);

@@ -103,6 +103,48 @@ TEST(PartitionLayoutTest, SubGroupSizeZeroIsOneParameterPerGroup) {
   EXPECT_EQ(l->SubGroups(1u << 20).size(), 1u);
 }
 
+// The NVMe optimizer's swap chunks (engine/optim/swap_chunks.h): against an element-by-element
+// reference, every piece lies in one sub-group, holds at most max elements, the pieces cover each
+// group in order, and a piece's slices are exactly those whose slots (padding included) it touches.
+TEST(PartitionLayoutTest, SplitSubGroupsCutsGroupsIntoBoundedPiecesWithTheSlicesTheyTouch) {
+  std::mt19937_64 rng(testing::TestSeed());
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::vector<size_t> numels = RandomNumels(rng, 1 + rng() % 20);
+    const int world = 1 + static_cast<int>(rng() % 3);
+    const PartitionLayout l = PartitionLayout::Create(numels, world, 0, 64).value();
+    const std::vector<SubGroup> groups = l.SubGroups(rng() % 3 == 0 ? 0 : 1 + rng() % 20000);
+    const size_t max = 1 + rng() % 3000;
+    const std::vector<SubGroup> pieces = l.SplitSubGroups(groups, max);
+    // Slot of each element (padding belongs to the slot before it).
+    std::vector<size_t> slot_of(l.partition_numel());
+    for (size_t s = 0; s < l.slices().size(); ++s) {
+      const size_t end =
+          s + 1 < l.slices().size() ? l.slices()[s + 1].flat_offset : l.partition_numel();
+      for (size_t e = l.slices()[s].flat_offset; e < end; ++e) slot_of[e] = s;
+    }
+    size_t next = 0, g = 0;
+    for (const SubGroup& p : pieces) {
+      ASSERT_EQ(p.flat_begin, next) << "trial " << trial;
+      ASSERT_GT(p.flat_end, p.flat_begin);
+      EXPECT_LE(p.flat_end - p.flat_begin, max);
+      while (g < groups.size() && groups[g].flat_end <= p.flat_begin) ++g;
+      ASSERT_LT(g, groups.size());
+      EXPECT_LE(p.flat_end, groups[g].flat_end) << "a piece crosses a sub-group's end";
+      // A piece ends short of max only at its group's end.
+      if (p.flat_end - p.flat_begin < max) {
+        EXPECT_EQ(p.flat_end, groups[g].flat_end);
+      }
+      EXPECT_EQ(p.first_slice, slot_of[p.flat_begin]);
+      EXPECT_EQ(p.end_slice, slot_of[p.flat_end - 1] + 1);
+      next = p.flat_end;
+    }
+    EXPECT_EQ(next, l.partition_numel());
+    // Groups no larger than max stay whole; max 0 leaves every group whole.
+    const std::vector<SubGroup> same = l.SplitSubGroups(groups, 0);
+    ASSERT_EQ(same.size(), groups.size());
+  }
+}
+
 TEST(PartitionLayoutTest, OddSizesPadTheLastRanks) {
   const size_t numels[] = {10};
   Result<PartitionLayout> r2 = PartitionLayout::Create(numels, 3, 2, 1);

@@ -252,7 +252,21 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
     }
     ResolveModelAutoSizes(&r->config, numels, c.zero.stage >= 1 ? r->world : 1);
   }
-  STRATA_ASSIGN_OR_RETURN(r->plan, PlanTrainRun(r->model_config, c, r->world, r->rank, o.seq_len));
+  {
+    // strata.cpu_memory: the "auto" sizing keys chosen within it (the engine keeps the choice);
+    // the pinned tier is held to what the plan's pageable part leaves of it.
+    const uint64_t mapped =
+        !o.ckpt.save.empty() && !o.ckpt.export_dir.empty()
+            ? ExportMappedBytes(static_cast<uint64_t>(r->model_config.NumParameters()), r->world)
+            : 0;
+    STRATA_ASSIGN_OR_RETURN(BudgetPlan b, PlanTrainRunWithinBudget(r->model_config, c, r->world,
+                                                                   r->rank, o.seq_len, mapped));
+    r->config = std::move(b.config);
+    r->plan = std::move(b.plan);
+    const uint64_t cpu = r->config.strata.cpu_memory_bytes;
+    const uint64_t pageable = r->plan.bytes(PlanTier::kPageableCpu);
+    if (cpu > 0) r->budget.SetLimit(Tier::kCpu, cpu > pageable ? cpu - pageable : 1);
+  }
   STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan, *r->device, r->budget));
   STRATA_RETURN_IF_ERROR(CheckDiskSpace(DiskNeeds(o, *r)));
   STRATA_ASSIGN_OR_RETURN(r->engine,

@@ -1,0 +1,290 @@
+#include "engine/optim/grad_region.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "aio/aligned_buffer.h"
+#include "core/units.h"
+#include "offload/device/optimizer_kernel_args.h"
+#include "offload/device/optimizer_kernels.h"
+
+namespace strata {
+
+// Note [Read-add-write]
+// With gradient accumulation the second micro-batch's gradient is added into the stored one. Two
+// ways keep that bounded: read each chunk back, add, write it again (read-add-write), or keep the
+// whole step's sum in memory until the last micro-batch. The second is the partition in RAM again
+// (what this region exists to remove), so the region reads back: a chunk costs one read and one
+// write per extra micro-batch, and only when its room in the buffers was needed in between
+// (backward reduces a model's parameters in the same order each micro-batch, so with one chunk of
+// room the chunks cycle through the buffers once per pass). The adds are element by element in
+// arrival order, as the host partition's, so the stored sum has the same bits.
+
+// Note [Norm as reduced]
+// The global norm (clipping) and the overflow check need every element of the step's final
+// gradient. Taking them as the gradients are written (the last pass: a chunk's values are final
+// once that pass is done with it) saves a pass over the whole region before the step. Chunks are a
+// multiple of kSquaredNormChunk and start on one, so each chunk's SquaredNormChunkSums are exactly
+// the norm chunks the in-memory path sums (the same elements in the same order); SquaredNorm adds
+// them in chunk order as NvmeOptimizerState::GradSquaredNorm does. A chunk evicted and touched
+// again in the same pass has its sums taken again; one with data from an earlier micro-batch only
+// is read back at EndPass for its sums; one never written sums to 0 (as zeros would).
+
+uint64_t GradRegionCpuBytes(const GradRegionOptions& options, size_t numel) {
+  // As PinnedPool rounds its buffers: to 2 MiB from 2 MiB on, else to 4 KiB.
+  const size_t n = std::max<size_t>(std::min(options.chunk_numel, numel), 1);
+  const size_t bytes = n * sizeof(float);
+  const size_t align =
+      bytes >= AlignedBuffer::kHugePageBytes ? AlignedBuffer::kHugePageBytes : size_t{4096};
+  return uint64_t{(bytes + align - 1) / align * align} * GradRegionBufferCount(options, numel);
+}
+
+size_t GradRegionBufferCount(const GradRegionOptions& options, size_t numel) {
+  if (options.chunk_numel == 0) return options.buffer_count;
+  const size_t chunks =
+      std::max<size_t>((numel + options.chunk_numel - 1) / options.chunk_numel, 1);
+  return std::min(options.buffer_count, chunks);
+}
+
+uint64_t GradRegionNvmeBytes(size_t chunk_numel, size_t numel) {
+  // SwapSpace's extents: one per chunk, 4 KiB aligned.
+  if (chunk_numel == 0) return 0;
+  const uint64_t full = numel / chunk_numel, rest = numel % chunk_numel;
+  auto extent = [](uint64_t n) { return (n * sizeof(float) + 4095) / 4096 * 4096; };
+  return full * extent(chunk_numel) + (rest > 0 ? extent(rest) : 0);
+}
+
+Result<std::unique_ptr<GradRegion>> GradRegion::Create(size_t numel,
+                                                       const GradRegionOptions& options,
+                                                       AioHandle* aio) {
+  if (options.chunk_numel == 0 || options.chunk_numel % kSquaredNormChunk != 0) {
+    return InvalidArgumentError("gradient region: chunk of " + std::to_string(options.chunk_numel) +
+                                " elements must be a positive multiple of " +
+                                std::to_string(kSquaredNormChunk));
+  }
+  if (options.buffer_count < 1) {
+    return InvalidArgumentError("gradient region: buffer_count must be at least 1");
+  }
+  if (numel == 0) return InvalidArgumentError("gradient region: empty partition");
+  std::unique_ptr<GradRegion> r(new GradRegion(numel, options));
+  SwapSpaceOptions so;
+  so.dirs = options.nvme_paths;
+  so.name = "grad";
+  so.rank = options.rank;
+  so.checksums = options.checksums;
+  so.budget = options.budget;
+  auto space = SwapSpace::Create(so, aio);
+  if (!space.ok()) return space.status().WithContext("gradient region");
+  r->space_ = std::move(space).value();
+  const size_t chunks = (numel + options.chunk_numel - 1) / options.chunk_numel;
+  for (size_t c = 0; c < chunks; ++c) {
+    auto id = r->space_->Reserve(r->ChunkNumel(c) * sizeof(float));
+    if (!id.ok()) {
+      return id.status().WithContext("gradient region: reserving chunk " + std::to_string(c) +
+                                     " of " + std::to_string(chunks) + " (" +
+                                     FormatBytes(numel * sizeof(float)) + " in all)");
+    }
+    r->chunk_ids_.push_back(*id);
+  }
+  PinnedPoolOptions po;
+  po.buffer_bytes = std::min(options.chunk_numel, numel) * sizeof(float);
+  po.buffer_count = GradRegionBufferCount(options, numel);
+  po.lock = options.pin_memory;
+  po.device = options.device;
+  po.budget = options.budget;
+  po.name = "gradient region buffers (offload_optimizer nvme)";
+  STRATA_ASSIGN_OR_RETURN(r->pool_, PinnedPool::Create(po));
+  r->buffers_.resize(po.buffer_count);
+  for (Buffer& b : r->buffers_) b.mem = r->pool_->Acquire();
+  r->has_data_.assign(chunks, 0);
+  r->touched_.assign(chunks, 0);
+  r->norm_sums_.assign(SquaredNormChunks(numel), 0.0);
+  return r;
+}
+
+GradRegion::~GradRegion() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Buffer& b : buffers_) WaitWrite(b).IgnoreError();
+}
+
+uint64_t GradRegion::cpu_bytes() const { return pool_->buffer_bytes() * pool_->buffer_count(); }
+
+size_t GradRegion::ChunkNumel(size_t c) const {
+  return std::min(options_.chunk_numel, numel_ - c * options_.chunk_numel);
+}
+
+std::string GradRegion::Where(size_t c) const {
+  const size_t b = c * options_.chunk_numel;
+  return "gradient region chunk " + std::to_string(c) + " (elements [" + std::to_string(b) + ", " +
+         std::to_string(b + ChunkNumel(c)) + "))";
+}
+
+void GradRegion::TakeNormSums(size_t c, const float* data) {
+  SquaredNormChunkSums(data, ChunkNumel(c),
+                       norm_sums_.data() + c * (options_.chunk_numel / kSquaredNormChunk));
+}
+
+Status GradRegion::WaitWrite(Buffer& b) {
+  if (!b.writing) return Status::Ok();
+  b.writing = false;
+  Status s = b.write.Wait();
+  if (!s.ok()) return s.WithContext("write of " + Where(static_cast<size_t>(b.write_chunk)));
+  return Status::Ok();
+}
+
+Status GradRegion::WriteOut(Buffer& b) {
+  if (!b.dirty) return Status::Ok();
+  STRATA_RETURN_IF_ERROR(WaitWrite(b));  // one write of a buffer at a time
+  const size_t c = static_cast<size_t>(b.chunk);
+  if (last_pass_) TakeNormSums(c, static_cast<const float*>(b.mem.data()));
+  b.write = space_->Write(chunk_ids_[c], b.mem.data());
+  b.writing = true;
+  b.write_chunk = b.chunk;
+  b.dirty = false;
+  stats_.bytes_written += ChunkNumel(c) * sizeof(float);
+  return Status::Ok();
+}
+
+Result<GradRegion::Buffer*> GradRegion::Load(size_t c, bool for_add) {
+  for (Buffer& b : buffers_) {
+    if (b.chunk != static_cast<int>(c)) continue;
+    // Its write (if any) reads the buffer: an add waits for it, and a later write needs it done.
+    if (for_add) STRATA_RETURN_IF_ERROR(WaitWrite(b));
+    b.used = ++clock_;
+    return &b;
+  }
+  // Room: an empty buffer, else the least recently used.
+  Buffer* v = &buffers_[0];
+  for (Buffer& b : buffers_) {
+    if (b.chunk < 0) {
+      v = &b;
+      break;
+    }
+    if (b.used < v->used) v = &b;
+  }
+  STRATA_RETURN_IF_ERROR(WriteOut(*v));
+  STRATA_RETURN_IF_ERROR(WaitWrite(*v));
+  v->chunk = -1;
+  const size_t n = ChunkNumel(c);
+  if (has_data_[c] != 0) {  // its values are on NVMe (it left a buffer only through a write)
+    Status s = space_->Read(chunk_ids_[c], v->mem.data()).Wait();
+    if (!s.ok()) return s.WithContext("read of " + Where(c));
+    stats_.bytes_read += n * sizeof(float);
+  } else {
+    std::memset(v->mem.data(), 0, n * sizeof(float));
+  }
+  v->chunk = static_cast<int>(c);
+  v->dirty = false;
+  v->used = ++clock_;
+  return v;
+}
+
+Status GradRegion::BeginPass(bool first, bool last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first) {  // the previous step's values are dropped; no write of them may be in flight
+    for (Buffer& b : buffers_) {
+      Status s = WaitWrite(b);
+      b.chunk = -1;
+      b.dirty = false;
+      if (!s.ok()) return s;
+    }
+    std::fill(has_data_.begin(), has_data_.end(), 0);
+  }
+  std::fill(touched_.begin(), touched_.end(), 0);
+  last_pass_ = last;
+  if (last) std::fill(norm_sums_.begin(), norm_sums_.end(), 0.0);
+  return Status::Ok();
+}
+
+Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flat_begin > numel_ || n > numel_ - flat_begin) {
+    return InvalidArgumentError("gradient region: add to [" + std::to_string(flat_begin) + ", " +
+                                std::to_string(flat_begin + n) + ") outside the partition of " +
+                                std::to_string(numel_));
+  }
+  const size_t cn = options_.chunk_numel;
+  for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
+    const size_t c = e / cn;
+    const size_t stop = std::min(end, c * cn + ChunkNumel(c));
+    STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, true));
+    float* dst = static_cast<float*>(b->mem.data()) + (e - c * cn);
+    const float* s = src + (e - flat_begin);
+    for (size_t i = 0, k = stop - e; i < k; ++i) dst[i] += s[i];
+    b->dirty = true;
+    has_data_[c] = 1;
+    touched_[c] = 1;
+    e = stop;
+  }
+  return Status::Ok();
+}
+
+Status GradRegion::EndPass() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!last_pass_) return Status::Ok();
+  // Note [Norm as reduced]: the resident chunks' final values, then those only earlier passes
+  // wrote (read back once).
+  std::vector<char> summed(num_chunks(), 0);
+  for (const Buffer& b : buffers_) {
+    if (b.chunk < 0 || has_data_[static_cast<size_t>(b.chunk)] == 0) continue;
+    TakeNormSums(static_cast<size_t>(b.chunk), static_cast<const float*>(b.mem.data()));
+    summed[static_cast<size_t>(b.chunk)] = 1;
+  }
+  for (size_t c = 0; c < num_chunks(); ++c) {
+    if (has_data_[c] == 0 || touched_[c] != 0 || summed[c] != 0) continue;
+    STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, false));
+    TakeNormSums(c, static_cast<const float*>(b->mem.data()));
+  }
+  return Status::Ok();
+}
+
+Status GradRegion::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status first;
+  for (Buffer& b : buffers_) {
+    Status s = WriteOut(b);
+    if (s.ok()) s = WaitWrite(b);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status GradRegion::Read(size_t flat_begin, size_t n, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flat_begin > numel_ || n > numel_ - flat_begin) {
+    return InvalidArgumentError("gradient region: read of [" + std::to_string(flat_begin) + ", " +
+                                std::to_string(flat_begin + n) + ") outside the partition of " +
+                                std::to_string(numel_));
+  }
+  const size_t cn = options_.chunk_numel;
+  for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
+    const size_t c = e / cn;
+    const size_t stop = std::min(end, c * cn + ChunkNumel(c));
+    float* dst = out + (e - flat_begin);
+    if (has_data_[c] == 0) {
+      std::memset(dst, 0, (stop - e) * sizeof(float));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, false));
+      std::memcpy(dst, static_cast<const float*>(b->mem.data()) + (e - c * cn),
+                  (stop - e) * sizeof(float));
+    }
+    e = stop;
+  }
+  return Status::Ok();
+}
+
+double GradRegion::SquaredNorm() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double total = 0;
+  for (const double s : norm_sums_) total += s;
+  return total;
+}
+
+bool GradRegion::HasNonFinite() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(norm_sums_.begin(), norm_sums_.end(),
+                     [](double s) { return !std::isfinite(s); });
+}
+
+}  // namespace strata

@@ -1,0 +1,163 @@
+// GradRegion: one rank's fp32 gradient partition on NVMe (issue #36, "gradients off the CPU tier")
+// — the ZeRO-Infinity counterpart of the pinned gradient partition, so with
+// `offload_optimizer.device = nvme` the CPU memory the gradients take is `buffer_count` chunks,
+// whatever the model.
+//
+// Layout. The partition [0, numel) is cut into fixed chunks of `chunk_numel` elements (a multiple
+// of kSquaredNormChunk; the last chunk may be short), each one tensor of a SwapSpace named "grad":
+// the file `<nvme_path>/strata-grad-rank<R>.swap` next to the optimizer's, flock'ed and
+// checksummed per block like every swap file (swap/swap_space.h). All chunks are reserved at
+// Create, so a full disk fails there.
+//
+// It is the gradient reducer's host target (engine/zero/grad_target.h): BeginPass, Add, EndPass.
+//
+// Accumulation (Note [Read-add-write] in grad_region.cc). Reduced gradients arrive as Add(flat,
+// src, n) (+=, fp32, element by element in arrival order: the same bits as the host partition's
+// adds). A chunk being written lives in one of `buffer_count` pinned chunk buffers; when its room
+// is needed it is written to NVMe (asynchronously; the buffer is reused once the write is done).
+// A chunk that already holds part of this step's gradient (an earlier micro-batch, or the same
+// pass after an eviction) is read back and added into (read-add-write); a chunk no pass of this
+// step touched yet starts from zeros without I/O, and one no pass touched at all reads as zeros.
+//
+// Norm and overflow (Note [Norm as reduced]). On the step's last pass (BeginPass(first, last=true))
+// each chunk's norm partial sums (SquaredNormChunkSums, the same chunking and order every backend
+// uses) are taken when its values are final: when it leaves its buffer or at EndPass. SquaredNorm()
+// adds them in chunk order and HasNonFinite() reads them, so both are bitwise what the in-memory
+// NvmeOptimizerState::GradSquaredNorm / GradHasNonFinite give for the same gradients, and nothing
+// reads the gradients again before the step.
+//
+// The step reads a range with Read (from a buffer when the chunk is resident, else from NVMe,
+// checksums verified). Errors name the chunk, the swap file and the offset (aio/ and swap/:
+// EIO, ENOSPC, short transfers, a checksum mismatch as DataLoss).
+//
+// Thread safety: every method may be called from any thread; one mutex serializes them (the
+// reducer's add stream adds while the overlapped step's worker reads a finished sub-group's range).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aio/aio_handle.h"
+#include "core/status.h"
+#include "engine/zero/grad_target.h"
+#include "offload/device/device.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_budget.h"
+#include "swap/swap_space.h"
+
+namespace strata {
+
+// Chunk buffers the engine gives a region (two: one being added into while the other's write is
+// in flight).
+inline constexpr size_t kGradRegionBuffers = 2;
+
+struct GradRegionOptions {
+  std::vector<std::string> nvme_paths;  // offload_optimizer.nvme_path (absolute, existing)
+  int rank = 0;
+  bool checksums = true;  // strata.swap_checksums
+  // Elements per chunk: a positive multiple of kSquaredNormChunk (the norm's chunking).
+  size_t chunk_numel = size_t{4} << 20;      // 16 MiB
+  size_t buffer_count = kGradRegionBuffers;  // pinned chunk buffers, >= 1
+  bool pin_memory = true;
+  Device* device = nullptr;      // DMA registration of the buffers (may be null)
+  TierBudget* budget = nullptr;  // kCpu: the buffers; kNvme: the region (may be null)
+};
+
+// Pinned bytes GradRegion takes for `options` (the memory plan uses it), and the bytes its
+// region reserves on NVMe for a partition of `numel`.
+uint64_t GradRegionCpuBytes(const GradRegionOptions& options, size_t numel);
+// The chunk buffers it makes: buffer_count, but no more than there are chunks.
+size_t GradRegionBufferCount(const GradRegionOptions& options, size_t numel);
+uint64_t GradRegionNvmeBytes(size_t chunk_numel, size_t numel);
+
+class GradRegion final : public GradTarget {
+ public:
+  // Opens the swap file and reserves every chunk. InvalidArgument for a bad chunk_numel or
+  // buffer_count; IoError (ENOSPC) naming the directory; FailedPrecondition when a live process
+  // holds the file.
+  static Result<std::unique_ptr<GradRegion>> Create(size_t numel, const GradRegionOptions& options,
+                                                    AioHandle* aio);
+  ~GradRegion() override;  // waits for the writes in flight; the swap file is removed
+  GradRegion(const GradRegion&) = delete;
+  GradRegion& operator=(const GradRegion&) = delete;
+
+  size_t numel() const { return numel_; }
+  size_t chunk_numel() const { return options_.chunk_numel; }
+  size_t num_chunks() const { return chunk_ids_.size(); }
+  const std::vector<std::string>& files() const { return space_->files(); }
+  // Pinned bytes of the chunk buffers; bytes reserved on NVMe.
+  uint64_t cpu_bytes() const;
+  uint64_t nvme_bytes() const { return space_->reserved_bytes(); }
+
+  // A backward pass (micro-batch) starts. `first`: the step's first pass (every chunk starts from
+  // zero); `last`: the step's last one (its final values feed the norm and overflow check).
+  // A first pass drops the previous step's gradient (waiting for its writes in flight).
+  Status BeginPass(bool first, bool last) override;
+  // Elements [flat_begin, flat_begin + n) += src[0, n) (host memory). IoError / DataLoss from a
+  // write-out or read-back, naming the chunk, file and offset.
+  Status Add(size_t flat_begin, const float* src, size_t n) override;
+  // Ends the pass: the last pass takes the resident chunks' norm sums. The chunks stay in their
+  // buffers (dirty: written when their room is needed, or by Flush).
+  Status EndPass() override;
+  // Writes every dirty buffer and waits for every write in flight (the first error).
+  Status Flush();
+
+  // out[0, n) = elements [flat_begin, flat_begin + n) of the step's gradient (zeros where no pass
+  // added). After EndPass of the last pass.
+  Status Read(size_t flat_begin, size_t n, float* out);
+
+  // After EndPass of the last pass: the squared norm of the whole gradient (the chunk sums in
+  // order), and whether any element is Inf or NaN.
+  double SquaredNorm() const;
+  bool HasNonFinite() const;
+
+  // Figures since the last call.
+  struct Stats {
+    uint64_t bytes_written = 0, bytes_read = 0;
+  };
+  Stats TakeStats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(stats_, {});
+  }
+
+ private:
+  struct Buffer {
+    PinnedBuffer mem;
+    int chunk = -1;  // the chunk it holds, or -1
+    bool dirty = false;
+    SwapFuture write;  // its last write (waited before the buffer is reused)
+    bool writing = false;
+    int write_chunk = -1;  // the chunk that write is of
+    uint64_t used = 0;     // LRU stamp
+  };
+  GradRegion(size_t numel, const GradRegionOptions& o) : numel_(numel), options_(o) {}
+  size_t ChunkNumel(size_t c) const;
+  std::string Where(size_t c) const;
+  // The buffer holding chunk c, loaded (read back or zeroed) if needed.
+  Result<Buffer*> Load(size_t c, bool for_add);
+  // Starts b's write if dirty (taking the norm sums first on the last pass).
+  Status WriteOut(Buffer& b);
+  Status WaitWrite(Buffer& b);
+  void TakeNormSums(size_t c, const float* data);
+
+  size_t numel_;
+  GradRegionOptions options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<SwapSpace> space_;
+  std::unique_ptr<PinnedPool> pool_;
+  std::vector<SwapId> chunk_ids_;
+  std::vector<Buffer> buffers_;
+  std::vector<char> has_data_;  // per chunk: this step wrote it (on NVMe or in a buffer)
+  std::vector<char> touched_;   // per chunk: this pass wrote it
+  std::vector<double> norm_sums_;
+  uint64_t clock_ = 0;
+  bool last_pass_ = false;
+  Stats stats_;
+};
+
+}  // namespace strata

@@ -1,0 +1,286 @@
+// GradRegion (engine/optim/grad_region.h): the fp32 gradient partition on NVMe. Accumulated
+// gradients read back bit for bit what a host array given the same adds holds; the norm and the
+// overflow check taken as the gradients are written equal a double loop in the order of Note
+// [Squared-norm order]; faults on the region's I/O name the chunk, file and offset; a corrupted
+// block is DataLoss by its checksum.
+#include "engine/optim/grad_region.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/aio/faulty_engine.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::FaultPlan;
+using ::strata::testing::FaultyEngine;
+using ::strata::testing::IsOk;
+using ::strata::testing::ScratchDir;
+using ::strata::testing::StatusIs;
+using ::strata::testing::TestSeed;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr char kGradFile[] = "strata-grad-rank0.swap";
+constexpr size_t kChunk = 8192;               // elements: 2 norm chunks
+constexpr size_t kNumel = 5 * kChunk + 3001;  // the last chunk short
+constexpr size_t kNormChunk = 4096;           // Note [Squared-norm order]
+
+struct Rig {
+  std::unique_ptr<AioHandle> aio;
+  std::unique_ptr<GradRegion> region;
+};
+
+Rig MakeRig(const ScratchDir& dir, size_t buffers, FaultPlan plan = {}) {
+  Rig r;
+  AioOptions ao;
+  ao.block_size = 64 << 10;
+  ao.engine_factory = [plan](int, const IoEngineOptions& eo) -> Result<std::unique_ptr<IoEngine>> {
+    STRATA_ASSIGN_OR_RETURN(auto real, CreateIoEngine(IoEngineKind::kAuto, eo));
+    return std::unique_ptr<IoEngine>(new FaultyEngine(std::move(real), plan));
+  };
+  r.aio = std::move(AioHandle::Create(ao)).value();
+  GradRegionOptions o;
+  o.nvme_paths = {dir.path().string()};
+  o.chunk_numel = kChunk;
+  o.buffer_count = buffers;
+  o.pin_memory = false;
+  auto region = GradRegion::Create(kNumel, o, r.aio.get());
+  EXPECT_THAT(region.status(), IsOk());
+  if (region.ok()) r.region = std::move(region).value();
+  return r;
+}
+
+// A backward pass's adds: "parameters" (ranges of random length) in reverse order, as backward
+// reduces them, skipping those `skip` says; each add also goes into `ref` (the host partition).
+Status Pass(GradRegion& g, std::vector<float>& ref, std::mt19937_64& rng,
+            const std::vector<std::pair<size_t, size_t>>& params, std::vector<char> skip = {}) {
+  std::normal_distribution<float> d;
+  for (size_t k = params.size(); k-- > 0;) {
+    if (!skip.empty() && skip[k] != 0) continue;
+    const auto [b, n] = params[k];
+    std::vector<float> src(n);
+    for (float& x : src) x = d(rng);
+    for (size_t i = 0; i < n; ++i) ref[b + i] += src[i];
+    STRATA_RETURN_IF_ERROR(g.Add(b, src.data(), n));
+  }
+  return Status::Ok();
+}
+
+// Cuts [0, kNumel) into ranges of random length (crossing chunks), with a gap of padding.
+std::vector<std::pair<size_t, size_t>> Params(std::mt19937_64& rng) {
+  std::vector<std::pair<size_t, size_t>> p;
+  std::uniform_int_distribution<size_t> len(1, 7000);
+  for (size_t at = 0; at < kNumel;) {
+    const size_t n = std::min(len(rng), kNumel - at);
+    p.emplace_back(at, n);
+    at += n + (p.size() % 5 == 0 ? std::min<size_t>(64, kNumel - at - n) : 0);
+  }
+  return p;
+}
+
+double ReferenceSquaredNorm(const std::vector<float>& g) {
+  double total = 0;
+  for (size_t c = 0; c < g.size(); c += kNormChunk) {
+    double s = 0;
+    for (size_t i = c; i < std::min(g.size(), c + kNormChunk); ++i) {
+      s += static_cast<double>(g[i]) * g[i];
+    }
+    total += s;
+  }
+  return total;
+}
+
+class GradRegionBuffersTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(GradRegionBuffersTest, AccumulatesTwoMicroBatchesLikeTheHostPartitionBitwise) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, GetParam());
+  ASSERT_NE(r.region, nullptr);
+  std::mt19937_64 rng(TestSeed());
+  const auto params = Params(rng);
+  for (int step = 0; step < 2; ++step) {  // the second step starts from zero again
+    std::vector<float> ref(kNumel, 0.0f);
+    // Micro-batch 1 touches every parameter; micro-batch 2 skips every third one (their chunks'
+    // values then come only from the first pass).
+    std::vector<char> skip(params.size(), 0);
+    for (size_t k = 0; k < skip.size(); k += 3) skip[k] = 1;
+    ASSERT_THAT(r.region->BeginPass(true, false), IsOk());
+    ASSERT_THAT(Pass(*r.region, ref, rng, params), IsOk());
+    ASSERT_THAT(r.region->EndPass(), IsOk());
+    ASSERT_THAT(r.region->BeginPass(false, true), IsOk());
+    ASSERT_THAT(Pass(*r.region, ref, rng, params, skip), IsOk());
+    ASSERT_THAT(r.region->EndPass(), IsOk());
+    const double want = ReferenceSquaredNorm(ref);
+    EXPECT_EQ(r.region->SquaredNorm(), want) << "step " << step;
+    EXPECT_FALSE(r.region->HasNonFinite());
+    std::vector<float> got(kNumel, -1.0f);
+    ASSERT_THAT(r.region->Read(0, kNumel, got.data()), IsOk());
+    EXPECT_EQ(got, ref) << "step " << step;
+    // A range across chunks reads the same.
+    std::vector<float> part(kChunk + 100);
+    ASSERT_THAT(r.region->Read(kChunk - 50, part.size(), part.data()), IsOk());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), ref.begin() + (kChunk - 50)));
+  }
+  const GradRegion::Stats st = r.region->TakeStats();
+  if (GetParam() < r.region->num_chunks()) {  // chunks left the buffers: read-add-write
+    EXPECT_GT(st.bytes_written, 0u);
+    EXPECT_GT(st.bytes_read, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Buffers, GradRegionBuffersTest, ::testing::Values(1, 2, 8),
+                         [](const auto& info) { return "buffers" + std::to_string(info.param); });
+
+TEST(GradRegionTest, ChunkNeverWrittenReadsAsZerosWithoutIo) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, 1);
+  ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+  std::vector<float> one(10, 2.0f);
+  ASSERT_THAT(r.region->Add(3 * kChunk + 5, one.data(), one.size()), IsOk());
+  ASSERT_THAT(r.region->EndPass(), IsOk());
+  std::vector<float> got(kNumel, 7.0f);
+  ASSERT_THAT(r.region->Read(0, kNumel, got.data()), IsOk());
+  std::vector<float> want(kNumel, 0.0f);
+  std::fill(want.begin() + 3 * kChunk + 5, want.begin() + 3 * kChunk + 15, 2.0f);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(r.region->SquaredNorm(), 40.0);
+  EXPECT_EQ(r.region->TakeStats().bytes_read, 0u);
+}
+
+TEST(GradRegionTest, OverflowIsSeenInTheLastPassAndInChunksOnlyAnEarlierPassWrote) {
+  for (const bool in_last_pass : {true, false}) {
+    ScratchDir dir;
+    Rig r = MakeRig(dir, 1);
+    std::vector<float> v(100, 1.0f);
+    ASSERT_THAT(r.region->BeginPass(true, false), IsOk());
+    ASSERT_THAT(r.region->Add(0, v.data(), v.size()), IsOk());
+    if (!in_last_pass) v[7] = std::numeric_limits<float>::quiet_NaN();
+    ASSERT_THAT(r.region->Add(2 * kChunk, v.data(), v.size()), IsOk());  // evicts chunk 0
+    ASSERT_THAT(r.region->EndPass(), IsOk());
+    ASSERT_THAT(r.region->BeginPass(false, true), IsOk());
+    std::vector<float> w(100, 1.0f);
+    if (in_last_pass) w[3] = std::numeric_limits<float>::infinity();
+    ASSERT_THAT(r.region->Add(4 * kChunk, w.data(), w.size()), IsOk());
+    ASSERT_THAT(r.region->EndPass(), IsOk());
+    EXPECT_TRUE(r.region->HasNonFinite()) << (in_last_pass ? "last pass" : "first pass only");
+  }
+}
+
+TEST(GradRegionTest, RefusesChunksOffTheNormChunking) {
+  ScratchDir dir;
+  auto aio = std::move(AioHandle::Create({})).value();
+  GradRegionOptions o;
+  o.nvme_paths = {dir.path().string()};
+  o.chunk_numel = 5000;
+  EXPECT_THAT(GradRegion::Create(kNumel, o, aio.get()).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("multiple of 4096")));
+}
+
+TEST(GradRegionTest, WriteErrorNamesChunkFileAndOffset) {
+  for (const bool enospc : {false, true}) {
+    ScratchDir dir;
+    FaultPlan plan;
+    plan.armed = std::make_shared<std::atomic<bool>>(false);
+    plan.only_writes = true;
+    (enospc ? plan.enospc_every : plan.eio_every) = 1;
+    Rig r = MakeRig(dir, 1, plan);
+    plan.armed->store(true);
+    ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+    std::vector<float> v(kChunk, 1.0f);
+    Status s = r.region->Add(0, v.data(), v.size());
+    if (s.ok()) s = r.region->Add(kChunk, v.data(), v.size());      // writes chunk 0 out
+    if (s.ok()) s = r.region->Add(2 * kChunk, v.data(), v.size());  // waits for that write
+    if (s.ok()) s = r.region->Flush();
+    EXPECT_THAT(
+        s,
+        StatusIs(StatusCode::kIoError,
+                 AllOf(HasSubstr("gradient region chunk 0"), HasSubstr(kGradFile), HasSubstr(" @ "),
+                       HasSubstr(enospc ? "No space left on device" : "Input/output error"))));
+    plan.armed->store(false);
+  }
+}
+
+TEST(GradRegionTest, ReadBackErrorNamesChunkFileAndOffset) {
+  ScratchDir dir;
+  FaultPlan plan;
+  plan.armed = std::make_shared<std::atomic<bool>>(false);
+  plan.only_reads = true;
+  plan.eio_every = 1;
+  Rig r = MakeRig(dir, 1, plan);
+  std::vector<float> v(kChunk, 1.0f);
+  ASSERT_THAT(r.region->BeginPass(true, false), IsOk());
+  ASSERT_THAT(r.region->Add(0, v.data(), v.size()), IsOk());
+  ASSERT_THAT(r.region->Add(kChunk, v.data(), v.size()), IsOk());
+  ASSERT_THAT(r.region->BeginPass(false, true), IsOk());
+  plan.armed->store(true);
+  EXPECT_THAT(r.region->Add(0, v.data(), v.size()),  // read-add-write of chunk 0
+              StatusIs(StatusCode::kIoError,
+                       AllOf(HasSubstr("read of gradient region chunk 0"), HasSubstr(kGradFile),
+                             HasSubstr(" @ "), HasSubstr("Input/output error"))));
+  plan.armed->store(false);
+}
+
+TEST(GradRegionTest, ShortWritesAndReadsAreResumedAndChangeNothing) {
+  ScratchDir clean_dir, faulty_dir;
+  FaultPlan plan;
+  plan.short_every = 1;
+  Rig clean = MakeRig(clean_dir, 1), faulty = MakeRig(faulty_dir, 1, plan);
+  const uint64_t seed = TestSeed();
+  std::vector<float> a(kNumel), b(kNumel), ref_a(kNumel, 0.0f), ref_b(kNumel, 0.0f);
+  for (auto* rig : {&clean, &faulty}) {
+    std::mt19937_64 rng(seed);
+    const auto params = Params(rng);
+    std::vector<float>& ref = rig == &clean ? ref_a : ref_b;
+    for (const bool first : {true, false}) {
+      ASSERT_THAT(rig->region->BeginPass(first, !first), IsOk());
+      ASSERT_THAT(Pass(*rig->region, ref, rng, params), IsOk());
+      ASSERT_THAT(rig->region->EndPass(), IsOk());
+    }
+  }
+  ASSERT_THAT(clean.region->Read(0, kNumel, a.data()), IsOk());
+  ASSERT_THAT(faulty.region->Read(0, kNumel, b.data()), IsOk());
+  EXPECT_EQ(a, ref_a);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(faulty.region->SquaredNorm(), clean.region->SquaredNorm());
+}
+
+TEST(GradRegionTest, CorruptedBlockIsDataLossByItsChecksum) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, 1);
+  std::vector<float> v(kChunk, 0.5f);
+  ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+  ASSERT_THAT(r.region->Add(0, v.data(), v.size()), IsOk());
+  ASSERT_THAT(r.region->Add(kChunk, v.data(), v.size()), IsOk());
+  ASSERT_THAT(r.region->EndPass(), IsOk());
+  ASSERT_THAT(r.region->Flush(), IsOk());
+  // Chunk 0 is only on disk now (the one buffer holds chunk 1); flip bytes inside it.
+  const std::string path = dir.File(kGradFile);
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  uint8_t bytes[8];
+  ASSERT_EQ(::pread(fd, bytes, sizeof(bytes), 1000), 8);
+  for (uint8_t& x : bytes) x ^= 0x5A;
+  ASSERT_EQ(::pwrite(fd, bytes, sizeof(bytes), 1000), 8);
+  ASSERT_EQ(::fsync(fd), 0);
+  ::close(fd);
+  std::vector<float> got(kChunk);
+  EXPECT_THAT(r.region->Read(0, kChunk, got.data()),
+              StatusIs(StatusCode::kDataLoss,
+                       AllOf(HasSubstr("checksum mismatch"), HasSubstr(kGradFile), HasSubstr(" @ "),
+                             HasSubstr("gradient region chunk 0"))));
+}
+
+}  // namespace
+}  // namespace strata
