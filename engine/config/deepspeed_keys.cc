@@ -128,8 +128,9 @@ const std::map<std::string_view, std::string_view>& NestedKeys() {
          {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps", "warmup_type"}) {
       m[k] = "scheduler.params";
     }
-    for (auto k : {"aio_engine", "swap_checksums", "comm_backend", "device_memory", "link_gbps",
-                   "trace_path", "pinned_memory_limit", "unknown_keys", "swap_chunk_bytes", "cpu_memory"}) {
+    for (auto k :
+         {"aio_engine", "swap_checksums", "comm_backend", "device_memory", "link_gbps",
+          "trace_path", "pinned_memory_limit", "unknown_keys", "swap_chunk_bytes", "cpu_memory"}) {
       m[k] = "strata";
     }
     return m;

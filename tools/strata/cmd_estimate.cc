@@ -391,8 +391,7 @@ int RunEstimate(const std::vector<std::string>& args) {
   }
   Options o;
   FlagParser flags(kUsage);
-  flags.String("preset", &o.preset,
-               "a preset: " + llama::LlamaPresetNames());
+  flags.String("preset", &o.preset, "a preset: " + llama::LlamaPresetNames());
   flags.String("model", &o.model, "a Hugging Face Llama directory (reads config.json)");
   flags.Int("params", &o.params, "a bare parameter count (no activations)", 1);
   flags.Int("largest-layer", &o.largest_layer,
@@ -422,10 +421,9 @@ int RunEstimate(const std::vector<std::string>& args) {
   if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
   const int sources = !o.preset.empty() + !o.model.empty() + (o.params > 0);
   if (sources != 1) {
-    return Fail(2,
-                "give exactly one of --preset NAME (" + llama::LlamaPresetNames() +
-                    "), --model HF_DIR or "
-                "--params N");
+    return Fail(2, "give exactly one of --preset NAME (" + llama::LlamaPresetNames() +
+                       "), --model HF_DIR or "
+                       "--params N");
   }
   if (o.nodes > o.world) {
     return Fail(2, "--nodes " + std::to_string(o.nodes) + " is more than --world " +
