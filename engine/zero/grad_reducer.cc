@@ -182,21 +182,19 @@ Result<GradReducer::CopyTiming*> GradReducer::NextCopyTiming() {
   return &copy_events_[copy_events_used_++];
 }
 
-Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
-                               size_t hi) {
-  float* dst = o_.host_partition + (sl.flat_offset + lo - o_.host_begin);
-  const size_t bytes = (hi - lo) * sizeof(float);
-  STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
-  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
-  // With a trace: a span per gradient copy on its own track, from the stream reaching it to the
-  // copy's (paced) end, so the link's D2H side is visible beside the gathers.
+namespace {
+
+// A reduced gradient's D2H copy on `s`. With a trace: a span per copy on its own track, from the
+// stream reaching it to the copy's (paced) end, so the link's D2H side is visible beside the
+// gathers - into the host partition or into a staging buffer for a target (the NVMe region).
+Status TracedGradientCopy(const Stream& s, float* dst, const float* src, size_t bytes) {
   Tracer* tracer = CurrentTracer();
   std::shared_ptr<double> begin_us;
   if (tracer != nullptr && tracer->enabled()) {
     begin_us = std::make_shared<double>(0);
     STRATA_RETURN_IF_ERROR(s.LaunchHostFunc([tracer, begin_us] { *begin_us = tracer->NowUs(); }));
   }
-  STRATA_RETURN_IF_ERROR(s.CopyAsync(dst, shard + lo, bytes, CopyKind::kDeviceToHost));
+  STRATA_RETURN_IF_ERROR(s.CopyAsync(dst, src, bytes, CopyKind::kDeviceToHost));
   if (begin_us != nullptr) {
     STRATA_RETURN_IF_ERROR(s.LaunchHostFunc([tracer, begin_us, bytes] {
       const TraceArg args[] = {{"bytes", static_cast<double>(bytes)}};
@@ -204,6 +202,18 @@ Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardS
                        tracer->NowUs(), args);
     }));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
+                               size_t hi) {
+  float* dst = o_.host_partition + (sl.flat_offset + lo - o_.host_begin);
+  const size_t bytes = (hi - lo) * sizeof(float);
+  STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
+  if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
+  STRATA_RETURN_IF_ERROR(TracedGradientCopy(s, dst, shard + lo, bytes));
   if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
   copy_bytes_ += bytes;
   return Status::Ok();
@@ -281,8 +291,7 @@ Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSl
     STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // the buffer's previous chunk is added
     STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
     if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
-    STRATA_RETURN_IF_ERROR(
-        s.CopyAsync(stage, shard + off, n * sizeof(float), CopyKind::kDeviceToHost));
+    STRATA_RETURN_IF_ERROR(TracedGradientCopy(s, stage, shard + off, n * sizeof(float)));
     if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
     STRATA_RETURN_IF_ERROR(copied_[k].Record(s));
     copy_bytes_ += n * sizeof(float);

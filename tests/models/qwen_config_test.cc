@@ -131,20 +131,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Refusal{"family_mismatch", false, "model_type", "qwen3",
                               StatusCode::kInvalidArgument, "architectures"},
                       Refusal{"other_model_type", false, "model_type", "qwen2_moe",
-                              StatusCode::kInvalidArgument, "architectures"},
+                              StatusCode::kUnimplemented, "\"qwen2\", \"qwen3\""},
                       Refusal{"two_architectures",
                               false,
                               "architectures",
                               {"Qwen2ForCausalLM", "LlamaForCausalLM"},
                               StatusCode::kUnimplemented,
-                              "[\"Qwen2ForCausalLM\"]"},
-                      Refusal{"rope_scaling",
-                              true,
-                              "rope_scaling",
-                              {{"rope_type", "yarn"}, {"factor", 4.0}},
-                              StatusCode::kUnimplemented,
-                              "rope"}),
+                              "[\"Qwen2ForCausalLM\"]"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The RoPE types are the Llama family's (llama_rope.h): yarn is refused naming the type's field.
+TEST(QwenConfigTest, YarnRopeScalingIsRefusedNamingTheTypeAndItsValue) {
+  auto j = Qwen3Json();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THAT(ParseLlamaConfig(j, "/q/config.json"),
+              StatusIs(StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("/q/config.json"), HasSubstr("'rope_scaling.rope_type'"),
+                             HasSubstr("\"yarn\""), HasSubstr("llama3"))));
+}
 
 TEST(QwenConfigTest, PresetsHaveThePublishedShapes) {
   struct Want {
