@@ -296,7 +296,9 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
               "gradient region buffers (" + std::to_string(GradRegionBufferCount(ro, part)) +
                   " x strata.nvme_grad_chunk)",
               GradRegionCpuBytes(ro, part));  // rounded per buffer as the pool does
-        p.Add(PlanTier::kPageableCpu, "swap chunk gradients read from the region (largest)",
+        // Charged to the engine's CPU tier (its budget), not page-locked: planned in that tier.
+        p.Add(PlanTier::kPinnedCpu,
+              "swap chunk gradients read from the region (largest, not locked)",
               PinnedAlloc(4 * std::max<uint64_t>(largest_group, 1)));
         p.Add(PlanTier::kNvme, "fp32 gradient region", GradRegionNvmeBytes(grad_chunk, part));
       } else {

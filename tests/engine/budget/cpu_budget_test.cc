@@ -163,18 +163,22 @@ TEST(CpuBudgetPlanTest, ChoosesTheLargestSubGroupWhosePlanFits) {
       R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
           "sub_group_size": "auto", "offload_optimizer": {"device": "nvme", "nvme_path": "/x",
           "buffer_count": 2}, "offload_param": {"device": "nvme", "nvme_path": "/x",
-          "buffer_count": 2}}})",
+          "buffer_count": 2}},
+          "strata": {"swap_chunk_bytes": 1073741824}})",
       "t.json", {});
   ASSERT_THAT(c.status(), IsOk());
   const ModelShape shape = ShapeFromNumels(numels);
   PlanOptions po;
   po.include_activations = false;
   // The smallest plan, sub_group_size 0 (one parameter per sub-group), plus room for sub-groups
-  // of 5M elements (2 swap buffers x 12 B x 4M more) but not 10M.
+  // of 5M elements (2 swap buffers x 12 B + 4 B of gradients read back from the NVMe region, x 4M
+  // more) but not 10M. Swap chunks of 1 GiB leave the sub-groups uncut (with the default 64 MiB
+  // chunk every sub_group_size past 5.6M elements costs the same: the planner should then search
+  // swap_chunk_bytes, not done yet).
   Config zero = *c;
   zero.zero.sub_group_size = 0;
   const uint64_t min_cpu = PlannedCpuBytes(PlanEngineMemory(shape, zero, po).value());
-  const uint64_t budget = min_cpu + 2 * 12 * 4000000 + 2 * 12 * 2000000 + (8 << 20);
+  const uint64_t budget = min_cpu + 28 * 4000000 + 28 * 2000000 + (8 << 20);
   Result<BudgetPlan> b = PlanWithinCpuBudget(shape, *c, po, budget, c->zero.auto_sizes);
   ASSERT_THAT(b.status(), IsOk());
   EXPECT_EQ(b->minimum_cpu_bytes, min_cpu);
