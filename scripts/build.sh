@@ -17,6 +17,9 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   export CCACHE_BASEDIR="$PWD"
+  # With -g, ccache hashes the working directory unless told not to: a clean clone or a worktree
+  # elsewhere would then miss every entry another tree left (debug info keeps relative paths).
+  export CCACHE_NOHASHDIR=1
 fi
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >"$dir.configure.log" 2>&1 ||
   { cat "$dir.configure.log"; exit 1; }
