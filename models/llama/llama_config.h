@@ -46,14 +46,16 @@ struct LlamaConfig {
   // num_attention_heads. q_proj is [heads * head_dim, hidden], o_proj [hidden, heads * head_dim].
   int64_t explicit_head_dim = 0;
 
-  // Qwen families (models/llama/qwen_config.h): 2 = Qwen2ForCausalLM (Qwen2 / Qwen2.5), 3 =
-  // Qwen3ForCausalLM, 0 = not Qwen. qkv_bias: q_proj, k_proj, v_proj carry biases (Qwen2);
-  // qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q and k before
-  // RoPE (Qwen3).
-  int qwen_version = 0;
+  // Qwen switches (models/llama/qwen_config.h). qkv_bias: q_proj, k_proj, v_proj carry biases
+  // (Qwen2); qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q and k
+  // before RoPE (Qwen3).
   bool qkv_bias = false;
   bool qk_norm = false;
 
+  // From `family`: 2 = Qwen2ForCausalLM (Qwen2 / Qwen2.5), 3 = Qwen3ForCausalLM, 0 = not Qwen.
+  int qwen_version() const {
+    return family == LlamaFamily::kQwen2 ? 2 : family == LlamaFamily::kQwen3 ? 3 : 0;
+  }
   int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
   }

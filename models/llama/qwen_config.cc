@@ -79,7 +79,7 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
     return UnimplementedError(Field(source, "use_mrope") + " = " + it->dump() +
                               ": Strata implements false only");
   }
-  c->qwen_version = version;
+  c->family = version == 3 ? LlamaFamily::kQwen3 : LlamaFamily::kQwen2;
   if (version == 2) {
     c->qkv_bias = true;  // Qwen2Attention: q, k, v with bias, o_proj without
   } else {
@@ -92,9 +92,9 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
 }
 
 void ApplyQwenConfigJson(const LlamaConfig& c, nlohmann::json* j) {
-  if (c.qwen_version == 0) return;
+  if (c.qwen_version() == 0) return;
   nlohmann::json& o = *j;
-  const bool v3 = c.qwen_version == 3;
+  const bool v3 = c.qwen_version() == 3;
   o["architectures"] = nlohmann::json::array({v3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"});
   o["model_type"] = v3 ? "qwen3" : "qwen2";
   o.erase("mlp_bias");
@@ -128,7 +128,6 @@ Result<LlamaConfig> QwenPreset(std::string_view name) {
     c.num_key_value_heads = 2;
     c.max_position_embeddings = 32768;
     c.family = LlamaFamily::kQwen2;
-    c.qwen_version = 2;
     c.qkv_bias = true;
   } else if (name == "qwen3-0.6b") {  // Qwen/Qwen3-0.6B
     c.hidden_size = 1024;
@@ -139,7 +138,6 @@ Result<LlamaConfig> QwenPreset(std::string_view name) {
     c.explicit_head_dim = 128;
     c.max_position_embeddings = 40960;
     c.family = LlamaFamily::kQwen3;
-    c.qwen_version = 3;
     c.qk_norm = true;
   } else if (name == "qwen3-4b") {  // Qwen/Qwen3-4B
     c.hidden_size = 2560;
@@ -150,7 +148,6 @@ Result<LlamaConfig> QwenPreset(std::string_view name) {
     c.explicit_head_dim = 128;
     c.max_position_embeddings = 40960;
     c.family = LlamaFamily::kQwen3;
-    c.qwen_version = 3;
     c.qk_norm = true;
   } else {
     return NotFoundError("no Qwen preset '" + std::string(name) + "'");

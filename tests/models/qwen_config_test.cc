@@ -49,7 +49,7 @@ nlohmann::json Qwen3Json() {
 TEST(QwenConfigTest, ParsesQwen25AsPublished) {
   auto c = ParseLlamaConfig(Qwen25Json(), "qwen2.5/config.json");
   ASSERT_THAT(c, IsOk());
-  EXPECT_EQ(c->qwen_version, 2);
+  EXPECT_EQ(c->qwen_version(), 2);
   EXPECT_TRUE(c->qkv_bias);
   EXPECT_FALSE(c->qk_norm);
   EXPECT_EQ(c->head_dim(), 64);
@@ -65,7 +65,7 @@ TEST(QwenConfigTest, ParsesQwen25AsPublished) {
 TEST(QwenConfigTest, ParsesQwen3AsPublished) {
   auto c = ParseLlamaConfig(Qwen3Json(), "qwen3/config.json");
   ASSERT_THAT(c, IsOk());
-  EXPECT_EQ(c->qwen_version, 3);
+  EXPECT_EQ(c->qwen_version(), 3);
   EXPECT_FALSE(c->qkv_bias);
   EXPECT_TRUE(c->qk_norm);
   EXPECT_EQ(c->head_dim(), 128);  // not 1024 / 16
@@ -86,7 +86,7 @@ TEST(QwenConfigTest, ModelTypeAloneNamesTheFamily) {
   j.erase("architectures");
   auto c = ParseLlamaConfig(j, "c.json");
   ASSERT_THAT(c, IsOk());
-  EXPECT_EQ(c->qwen_version, 2);
+  EXPECT_EQ(c->qwen_version(), 2);
 }
 
 struct Refusal {
@@ -162,7 +162,7 @@ TEST(QwenConfigTest, PresetsHaveThePublishedShapes) {
     auto c = LlamaPreset(w.name);
     ASSERT_THAT(c, IsOk()) << w.name;
     EXPECT_EQ(c->vocab_size, 151936) << w.name;
-    EXPECT_EQ(c->qwen_version, w.qwen) << w.name;
+    EXPECT_EQ(c->qwen_version(), w.qwen) << w.name;
     EXPECT_EQ(c->qkv_bias, w.qwen == 2) << w.name;
     EXPECT_EQ(c->qk_norm, w.qwen == 3) << w.name;
     EXPECT_EQ(c->hidden_size, w.hidden) << w.name;
@@ -185,7 +185,7 @@ TEST(QwenConfigTest, WrittenConfigJsonIsTheFamilysAndReadsBack) {
     auto c = LlamaPreset(preset);
     ASSERT_THAT(c, IsOk());
     const nlohmann::json j = LlamaConfigJson(*c);
-    const bool v3 = c->qwen_version == 3;
+    const bool v3 = c->qwen_version() == 3;
     EXPECT_EQ(j["architectures"][0], v3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM") << preset;
     EXPECT_EQ(j["model_type"], v3 ? "qwen3" : "qwen2") << preset;
     EXPECT_EQ(j["use_sliding_window"], false) << preset;
@@ -195,7 +195,7 @@ TEST(QwenConfigTest, WrittenConfigJsonIsTheFamilysAndReadsBack) {
     }
     auto back = ParseLlamaConfig(nlohmann::json::parse(j.dump()), preset);
     ASSERT_THAT(back, IsOk()) << preset;
-    EXPECT_EQ(back->qwen_version, c->qwen_version) << preset;
+    EXPECT_EQ(back->qwen_version(), c->qwen_version()) << preset;
     EXPECT_EQ(back->qkv_bias, c->qkv_bias) << preset;
     EXPECT_EQ(back->qk_norm, c->qk_norm) << preset;
     EXPECT_EQ(back->head_dim(), c->head_dim()) << preset;

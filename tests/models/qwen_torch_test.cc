@@ -69,7 +69,7 @@ LlamaConfig TestConfig(const Variant& v) {
   c.rope_theta = 1000000.0;
   c.tie_word_embeddings = v.tied;
   c.torch_dtype = v.dtype;
-  c.qwen_version = v.qwen;
+  c.family = v.qwen == 3 ? LlamaFamily::kQwen3 : LlamaFamily::kQwen2;
   if (v.qwen == 2) {
     c.qkv_bias = true;
   } else {
@@ -146,7 +146,7 @@ TEST_P(QwenTorchTest, LogitsLossAndGradientsMatchPyTorch) {
   // The written config.json names the family, and reads back as the same config.
   auto reread = ReadLlamaConfig(model_dir);
   ASSERT_THAT(reread, IsOk());
-  EXPECT_EQ(reread->qwen_version, variant.qwen);
+  EXPECT_EQ(reread->qwen_version(), variant.qwen);
   EXPECT_EQ(reread->qkv_bias, config.qkv_bias);
   EXPECT_EQ(reread->qk_norm, config.qk_norm);
   EXPECT_EQ(reread->head_dim(), config.head_dim());
