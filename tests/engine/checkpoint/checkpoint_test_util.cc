@@ -10,7 +10,7 @@ std::string PlacementName(const Placement& p) {
 }
 
 EngineRun MakeRun(Communicator& comm, const Placement& p, uint64_t init_seed, int64_t gas,
-                  int64_t micro_batch, double clip) {
+                  int64_t micro_batch, double clip, const std::string& optimizer_params) {
   EngineRun r;
   r.device = MakeHostDevice();
   r.model = MakeTinyModel(r.device.get(), p.dtype);
@@ -23,7 +23,7 @@ EngineRun MakeRun(Communicator& comm, const Placement& p, uint64_t init_seed, in
                  "\"stage\": " + std::to_string(p.stage) +
                      ", \"sub_group_size\": 5000, \"offload_optimizer\": {\"device\": \"" +
                      p.offload + "\", \"pin_memory\": false}",
-                 dtype_keys, comm.world_size(), clip);
+                 dtype_keys, comm.world_size(), clip, optimizer_params);
   EngineInit init;
   init.init_param = TestInit(init_seed);
   Result<std::unique_ptr<Engine>> e = Engine::Initialize(*r.model, config, comm, *r.device, init);

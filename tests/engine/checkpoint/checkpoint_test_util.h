@@ -26,9 +26,11 @@ struct EngineRun {
   std::unique_ptr<Engine> engine;
 };
 
-// The tiny Llama on a placement, gas 2, micro batch 2, initialised by TestInit(init_seed).
+// The tiny Llama on a placement, gas 2, micro batch 2, initialised by TestInit(init_seed);
+// `optimizer_params` is the AdamW "params" body (MakeConfig's).
 EngineRun MakeRun(Communicator& comm, const Placement& p, uint64_t init_seed, int64_t gas = 2,
-                  int64_t micro_batch = 2, double clip = 0.5);
+                  int64_t micro_batch = 2, double clip = 0.5,
+                  const std::string& optimizer_params = kDefaultAdamW);
 
 // Every parameter's master, exp_avg and exp_avg_sq from a checkpoint (all three concatenated
 // per parameter), for bitwise comparisons of whole optimizer states.
