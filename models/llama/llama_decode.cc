@@ -92,13 +92,6 @@ Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* mod
                                 "max_position_embeddings " +
                                 std::to_string(c.max_position_embeddings));
   }
-  if (c.sliding_window > 0 && max_len > c.sliding_window) {
-    // The cached attention reads every cached key; a window would need its own mask there.
-    return UnimplementedError("LlamaDecoder: max_len " + std::to_string(max_len) +
-                              " (prompt + new tokens) exceeds the model's sliding_window " +
-                              std::to_string(c.sliding_window) +
-                              "; generation past the window is not implemented");
-  }
   std::unique_ptr<LlamaDecoder> d(new LlamaDecoder(model, PlanLlamaKvCache(c, max_batch, max_len)));
   STRATA_RETURN_IF_ERROR(d->Allocate());
   return d;
@@ -276,6 +269,7 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
       nn::CachedAttentionArgs ca;
       ca.batch = batch, ca.q_len = seq, ca.cache_len = len;
       ca.heads = c.num_attention_heads, ca.kv_heads = c.num_key_value_heads, ca.head_dim = d;
+      ca.window = c.sliding_window;  // Mistral: the training path's mask (see the header)
       ca.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
       ca.q = q.f32();
       // Sequence b's cache starts at row b * len of this layer's [max_batch, len] block.

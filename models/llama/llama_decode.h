@@ -9,6 +9,14 @@
 // right-padded to the longest; a padded row's key/value lands in a cache slot beyond its
 // sequence's length, which no query reads (queries at position p read rows 0..p) and the
 // sequence's next token overwrites.
+//
+// Mistral's sliding_window: a query at position p attends to cache rows j with
+// p - sliding_window < j <= p, the mask the training forward builds (LlamaForCausalLM::Forward
+// narrows AttentionArgs::row_start to i - window + 1) and transformers' (i - j < window). The
+// cache keeps every position (the rows before the window are not read, not freed): its size is
+// max_len rows as for the other families, which the plan counts. A rolling cache of `window` rows
+// would save memory when max_len exceeds the window, but a prefill longer than the window would
+// then have to run in chunks of at most the window; not done.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +37,7 @@ class LlamaDecoder final : public infer::CachedLm {
  public:
   // `model` must outlive the decoder, its parameters placed (by the model or an engine).
   // InvalidArgument naming max_len when it exceeds max_position_embeddings, or a non-positive
-  // size; Unimplemented when max_len exceeds a Mistral sliding_window (the cached attention has
-  // no window); OutOfMemory (device) naming the buffer when the plan does not fit.
+  // size; OutOfMemory (device) naming the buffer when the plan does not fit.
   static Result<std::unique_ptr<LlamaDecoder>> Create(LlamaForCausalLM* model, int64_t max_batch,
                                                       int64_t max_len);
   ~LlamaDecoder() override;

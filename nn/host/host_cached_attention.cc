@@ -1,7 +1,9 @@
 // Host attention against a KV cache (inference). One task per (sequence, head, query token): the
-// scores of the query against cache rows 0..pos, a softmax, and the weighted sum of the value
-// rows. Decoding reads each cache row once per query head; the work is a small fraction of a
-// step's GEMMs (2 * heads * head_dim * length flops per token against the weights' 2 * params).
+// scores of the query against cache rows first..pos (first = 0, or pos - window + 1 with a
+// sliding window), a softmax, and the weighted sum of the value rows. Decoding reads each cache row
+// once per query head; the work is a small fraction of a step's GEMMs (2 * heads * head_dim *
+// length flops per token against the weights' 2 * params).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -38,10 +40,12 @@ Status HostCachedAttention(const CachedAttentionArgs& a) {
   const int64_t q_ld = a.heads * D, kv_ld = a.kv_heads * D;
   ParallelFor(0, rows * a.heads, [&](int64_t task) {
     const int64_t r = task / a.heads, h = task % a.heads, b = r / a.q_len;
-    const int64_t len = static_cast<int64_t>(a.pos[r]) + 1;
+    const int64_t p = a.pos[r];
+    const int64_t first = a.window > 0 ? std::max<int64_t>(0, p - a.window + 1) : 0;
+    const int64_t len = p + 1 - first;  // rows first..p
     const float* q = a.q + r * q_ld + h * D;
-    const float* k = a.k_cache + b * a.cache_len * kv_ld + (h / group) * D;
-    const float* v = a.v_cache + b * a.cache_len * kv_ld + (h / group) * D;
+    const float* k = a.k_cache + (b * a.cache_len + first) * kv_ld + (h / group) * D;
+    const float* v = a.v_cache + (b * a.cache_len + first) * kv_ld + (h / group) * D;
     thread_local std::vector<float> scores;
     if (scores.size() < static_cast<size_t>(len)) scores.resize(static_cast<size_t>(len));
     float mx = -3.0e38f;

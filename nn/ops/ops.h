@@ -115,12 +115,16 @@ Status AttentionBackward(const Stream& stream, const AttentionArgs& args);
 
 // Attention of new tokens against a KV cache (inference, no backward). Query token i of sequence
 // b sits at position p = pos[b * q_len + i] and attends to cache rows 0..p of its sequence (the
-// causal mask; rows above p are not read), grouped-query heads as AttentionForward.
+// causal mask; rows above p are not read), grouped-query heads as AttentionForward. window > 0
+// narrows that to rows j with p - window < j <= p (Mistral's sliding window, the same mask as
+// AttentionArgs::row_start in training: query i sees keys j with i - j < window); rows before
+// the window are not read.
 // q, out [batch, q_len, heads, head_dim]; k_cache, v_cache [batch, cache_len, kv_heads, head_dim]
 // with rows 0..p written before the call; pos int32 [batch * q_len] in [0, cache_len) (else the
 // stream fails, naming the position).
 struct CachedAttentionArgs {
   int64_t batch = 0, q_len = 0, cache_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // 0: no window (every row 0..p)
   float scale = 1.0f;
   const float* q = nullptr;
   const float* k_cache = nullptr;
