@@ -106,7 +106,9 @@ Status CachedAttn(const Stream& stream, const CachedAttentionArgs& a) {
                                           a.head_dim, a.window, a.scale, a.q, a.k_cache, a.v_cache,
                                           a.pos, a.out, s.raw()),
               s.op, "launch"));
-  return cuda::EnqueueIndexCheck(s, a.pos, a.batch * a.q_len, a.cache_len, IndexKind::kPosition);
+  // A rolling cache (window > 0) takes any position >= 0 (row = position % cache_len).
+  const int64_t limit = a.window > 0 ? int64_t{1} << 31 : a.cache_len;
+  return cuda::EnqueueIndexCheck(s, a.pos, a.batch * a.q_len, limit, IndexKind::kPosition);
 }
 
 const OpTable kCudaTable = {

@@ -10,8 +10,9 @@
 //             original context 8192: at head_dim 16 frequencies 0..3 are kept, 4 blended, 5..7
 //             scaled, so all three regimes are used) and tied embeddings, as Llama-3.2-1B.
 //   mistral   sliding_window 4, shorter than the longest prompt (9) and than prompt + generated
-//             (15): the prefill and every later decode step attend to the last 4 positions only.
-//             The test also checks that the window changes the reference's logits (so a decoder
+//             (15): the prefill and every later decode step attend to the last 4 positions only,
+//             in a rolling cache of 7 rows that wraps (the prompt prefilled in chunks of 4). The
+//             test also checks that the window changes the reference's logits (so a decoder
 //             ignoring it would fail here).
 //   qwen2     q/k/v biases (random, not their zero initialisation).
 //   qwen3     q_norm / k_norm (weights random around 1), head_dim 24 != 64 / 4, tied.
@@ -217,8 +218,20 @@ TEST_P(LlamaGenerateFamiliesTorchTest, PrefillDecodeStepsAndGreedyTokensMatchThe
   const nn::RunContext ctx{device->get(), *stream, false};
   const auto prompts = Prompts();
   const size_t vocab = static_cast<size_t>(config.vocab_size);
-  auto dec = LlamaDecoder::Create(model->get(), 3, 9 + kSteps + 1);
+  const int64_t max_len = 9 + kSteps + 1;
+  const DeviceMemoryStats before = (*device)->MemoryStats();
+  auto dec = LlamaDecoder::Create(model->get(), 3, max_len);
   ASSERT_THAT(dec, IsOk());
+  // The cache: every position, or for Mistral a rolling cache of 2 * window - 1 = 7 rows (the
+  // window's 3 earlier positions and a prefill chunk of 4), the 9-token prompt prefilled in 3
+  // chunks of at most 4.
+  const infer::KvCachePlan plan = (*dec)->plan();
+  const bool rolling = fam.family == LlamaFamily::kMistral;
+  EXPECT_EQ(plan.cache_rows, rolling ? 7 : max_len);
+  EXPECT_EQ(plan.prefill_chunk, rolling ? 4 : max_len);
+  EXPECT_EQ(plan.cache_bytes,
+            static_cast<uint64_t>(2 * config.num_hidden_layers * 3 * plan.cache_rows *
+                                  config.num_key_value_heads * config.head_dim() * 4));
   std::vector<float> logits;
   ASSERT_THAT((*dec)->Prefill(ctx, prompts, &logits), IsOk());
   double worst = 0;
@@ -238,6 +251,7 @@ TEST_P(LlamaGenerateFamiliesTorchTest, PrefillDecodeStepsAndGreedyTokensMatchThe
   }
   std::printf("%s: worst logits error / max|reference| over prefill and %lld steps: %.2e\n",
               fam.name, static_cast<long long>(kSteps), worst);
+  EXPECT_LE((*device)->MemoryStats().peak_bytes - before.in_use_bytes, plan.total_bytes());
 
   infer::GenerateOptions o;
   o.max_new_tokens = kSteps + 1;

@@ -2,8 +2,9 @@
 // heads, each query at its own position attending to cache rows 0..pos of its sequence (rows
 // above are garbage the op must not read), several query tokens per sequence (a prefill) and
 // one (a decode step), and a sliding window (query at p reads rows p - window < j <= p only: the
-// rows before the window hold garbage weighting the result if read); an out-of-range position
-// fails the stream naming it. Tolerance 1e-5
+// rows before the window hold garbage weighting the result if read), also rolling (position j in
+// row j % cache_len, positions past cache_len); an out-of-range position fails the stream naming
+// it. Tolerance 1e-5
 // relative + 1e-5 absolute (fp32 against double).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -48,7 +49,7 @@ std::vector<double> Reference(const Shape& s, const std::vector<float>& q,
           double d = 0;
           for (int64_t x = 0; x < s.dim; ++x) {
             d += double(q[(r * s.heads + h) * s.dim + x]) *
-                 k[((b * s.cache_len + j) * s.kv_heads + g) * s.dim + x];
+                 k[((b * s.cache_len + j % s.cache_len) * s.kv_heads + g) * s.dim + x];
           }
           w.push_back(d / std::sqrt(double(s.dim)));
           mx = std::max(mx, w.back());
@@ -57,7 +58,8 @@ std::vector<double> Reference(const Shape& s, const std::vector<float>& q,
         for (int64_t j = first; j <= pos[r]; ++j) {
           for (int64_t x = 0; x < s.dim; ++x) {
             out[(r * s.heads + h) * s.dim + x] +=
-                w[j - first] / sum * v[((b * s.cache_len + j) * s.kv_heads + g) * s.dim + x];
+                w[j - first] / sum *
+                v[((b * s.cache_len + j % s.cache_len) * s.kv_heads + g) * s.dim + x];
           }
         }
       }
@@ -103,6 +105,14 @@ TEST_F(CachedAttentionTest, ASlidingWindowReadsOnlyTheLastWindowRows) {
   Run({1, 1, 6, 2, 1, 4, 1}, {4}, "window 1");
 }
 
+TEST_F(CachedAttentionTest, ARollingCacheKeepsPositionJInRowJModuloItsLength) {
+  // Window 3 in a rolling cache of 5 rows: a prefill chunk of 3 tokens at positions 6..8 (they
+  // see positions 4..8: rows 4, 0, 1, 2, 3) and decode steps at positions past the cache (9, 13:
+  // wrapped) and within it (2, 4).
+  Run({2, 3, 5, 4, 2, 8, 3}, {6, 7, 8, 1, 2, 3}, "rolling prefill chunk");
+  Run({4, 1, 5, 6, 3, 4, 3}, {9, 13, 2, 4}, "rolling decode");
+}
+
 TEST_F(CachedAttentionTest, APositionOutsideTheCacheFailsTheStreamNamingIt) {
   CachedAttentionArgs a;
   a.batch = 1, a.q_len = 1, a.cache_len = 4, a.heads = 2, a.kv_heads = 1, a.head_dim = 2;
@@ -121,7 +131,12 @@ TEST_F(CachedAttentionTest, APositionOutsideTheCacheFailsTheStreamNamingIt) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("multiple of kv_heads")));
   a.kv_heads = 1, a.window = -1;
   EXPECT_THAT(CachedAttention(stream_, a),
-              StatusIs(StatusCode::kInvalidArgument, HasSubstr("window (-1) must be >= 0")));
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("window (-1) must be in [0, cache_len = 4]")));
+  a.window = 5;  // more than the cache holds
+  EXPECT_THAT(CachedAttention(stream_, a),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("window (5) must be in [0, cache_len = 4]")));
 }
 
 }  // namespace
