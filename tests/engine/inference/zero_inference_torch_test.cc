@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ struct Placement {
   const char* offload;  // offload_param.device
   llama::LlamaFamily family = llama::LlamaFamily::kLlama;
 };
+
+void PrintTo(const Placement& p, std::ostream* os) { *os << p.name; }
 
 class ZeroInferenceTorchTest : public ::testing::TestWithParam<Placement> {};
 
