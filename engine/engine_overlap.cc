@@ -40,6 +40,7 @@ Status Engine::PlaceStepOverlap() {
   o.budget = im.budget;
   o.tracer = im.tracer.get();
   STRATA_ASSIGN_OR_RETURN(im.overlap, StepOverlap::Create(std::move(o)));
+  im.cpu_bytes += im.overlap->copy_buffer_bytes();  // charged to the budget's CPU tier
   im.reducer->set_reduced_fn([overlap = im.overlap.get()](const Stream& s, size_t param) {
     return overlap->OnReduced(s, param);
   });

@@ -189,6 +189,10 @@ class StepOverlap {
   int64_t early_sub_groups() const { return early_.load(); }
   // Sub-groups whose parameters WriteBackUpdated wrote into param_store (cumulative).
   int64_t early_param_write_backs() const { return param_write_backs_; }
+  // Bytes of the copy buffers (StepOverlapOptions::copy_buffers; 0 with param_copy).
+  uint64_t copy_buffer_bytes() const {
+    return ring_pool_ != nullptr ? uint64_t{ring_pool_->buffer_bytes()} * ring_.size() : 0;
+  }
 
  private:
   struct Kept {                 // a speculative sub-group's state before its early update
