@@ -273,6 +273,18 @@ Status Engine::Place(const EngineInit& init) {
     }
     if (im.shards_on_host && im.shards != nullptr) {
       im.param_copy = im.shards;
+    } else if (im.store != nullptr && im.store->tier() == Tier::kNvme && im.nvme_opt != nullptr) {
+      // offload_param nvme with the NVMe optimizer state: no partition-sized staging. Each swap
+      // chunk's update goes to the store from one chunk-sized buffer (issue #36); the shards kept
+      // in CPU (max_in_cpu) have the store's own storage.
+      size_t largest = 1;
+      for (const SubGroup& g : im.sub_groups)
+        largest = std::max(largest, g.flat_end - g.flat_begin);
+      STRATA_ASSIGN_OR_RETURN(
+          im.param_target,
+          StoreParamCopy::Create(im.store.get(), im.compute, largest, compute_dtype_,
+                                 z.offload_optimizer.pin_memory, &device_, im.budget));
+      im.cpu_bytes += im.param_target->cpu_bytes();
     } else {
       PinnedPoolOptions po;
       po.buffer_bytes = std::max<size_t>(part_bytes, 64);
@@ -285,8 +297,13 @@ Status Engine::Place(const EngineInit& init) {
       im.staging = im.staging_pool->Acquire();
       im.param_copy = im.staging.data();
       im.cpu_bytes += im.staging_pool->buffer_bytes();
-      // offload_param nvme: the shards kept in CPU memory become ranges of the staging.
-      if (im.store != nullptr) STRATA_RETURN_IF_ERROR(im.store->ShareCpuFlat(im.param_copy));
+      // offload_param nvme (offload_optimizer cpu): the shards kept in CPU memory become ranges
+      // of the staging (the store's own storage is freed).
+      if (im.store != nullptr) {
+        im.cpu_bytes -= std::min(im.cpu_bytes, im.store->cpu_bytes());
+        STRATA_RETURN_IF_ERROR(im.store->ShareCpuFlat(im.param_copy));
+        im.cpu_bytes += im.store->cpu_bytes();
+      }
     }
   }
   if (z.stage >= 2) {

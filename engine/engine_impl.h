@@ -11,6 +11,7 @@
 #include "engine/base/trace.h"
 #include "engine/engine.h"
 #include "engine/optim/optimizer_nvme.h"
+#include "engine/optim/param_copy_target.h"
 #include "engine/optim/step_overlap.h"
 #include "engine/zero/grad_reducer.h"
 #include "engine/zero/param_store.h"
@@ -72,9 +73,12 @@ struct Engine::Impl {
   // Elements of grad_partition (device): the partition's `n`, or [0, host_grad_begin).
   size_t DeviceGradNumel(size_t n) const { return grads_to_host ? host_grad_begin : n; }
   // Where the optimizer writes the updated compute-dtype partition (host-addressable).
+  // Null with offload_param nvme and the NVMe optimizer state: param_target then takes the
+  // updates a sub-group at a time (engine/optim/param_copy_target.h; issue #36).
   void* param_copy = nullptr;
   std::unique_ptr<PinnedPool> staging_pool;
   PinnedBuffer staging;
+  std::unique_ptr<StoreParamCopy> param_target;
 
   // Stage 3: where this rank's compute-dtype shards live between uses (device memory, pinned CPU
   // memory with offload_param.device = cpu, NVMe with nvme); null below stage 3. `shards` is its
@@ -128,6 +132,7 @@ struct Engine::Impl {
     hooks.reset();  // frees gathered parameters and slots (the model's hooks are removed)
     reducer.reset();
     staging.Release();
+    param_target.reset();
     store.reset();
     for (auto& [p, bytes] : owned) device.Free(p).IgnoreError();
     owned.clear();

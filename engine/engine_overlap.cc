@@ -33,11 +33,14 @@ Status Engine::PlaceStepOverlap() {
   o.copy_dtype = compute_dtype_;
   // Stage 3, shards on NVMe (no flat array): written back per sub-group during backward (from
   // the engine thread: StepOverlap::WriteBackUpdated).
-  if (im.store != nullptr && im.shards == nullptr && im.param_copy != nullptr) {
-    o.param_store = im.store.get();
+  if (im.store != nullptr && im.shards == nullptr &&
+      (im.param_copy != nullptr || im.param_target != nullptr)) {
+    o.param_store = im.store.get();  // param_copy null: the overlap's own copy buffers
   }
+  o.budget = im.budget;
   o.tracer = im.tracer.get();
   STRATA_ASSIGN_OR_RETURN(im.overlap, StepOverlap::Create(std::move(o)));
+  im.cpu_bytes += im.overlap->copy_buffer_bytes();  // charged to the budget's CPU tier
   im.reducer->set_reduced_fn([overlap = im.overlap.get()](const Stream& s, size_t param) {
     return overlap->OnReduced(s, param);
   });

@@ -205,8 +205,13 @@ Status Engine::ApplyStep() {
     TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
     t = NowMs();
     if (nvme != nullptr) {
-      STRATA_RETURN_IF_ERROR(
-          nvme->StepExcept(step_number, hp, grad_scale, im.param_copy, compute_dtype_, done));
+      if (im.param_target != nullptr) {  // each sub-group's update goes to the store at once
+        STRATA_RETURN_IF_ERROR(
+            nvme->StepExcept(step_number, hp, grad_scale, im.param_target.get(), done));
+      } else {
+        STRATA_RETURN_IF_ERROR(
+            nvme->StepExcept(step_number, hp, grad_scale, im.param_copy, compute_dtype_, done));
+      }
       nvme->AddTo(&b);
     } else {
       // Partial offload: the device sub-groups write their shards in device memory.
@@ -254,7 +259,9 @@ Status Engine::ZeroGradients() {
 Status Engine::WriteBackParameters(const std::vector<char>& written) {
   Impl& im = *impl_;
   const size_t cbytes = DTypeBytes(compute_dtype_);
-  if (im.store != nullptr && im.shards == nullptr) {  // shards without a flat array (NVMe)
+  if (im.param_target != nullptr) {
+    // offload_param nvme with the NVMe optimizer: the step handed each sub-group to the store.
+  } else if (im.store != nullptr && im.shards == nullptr) {  // shards on NVMe, staged
     TraceSpan span(im.tracer.get(), im.compute_track, "write param shards", "copy");
     // The sub-groups whose parameters the overlapped step wrote back during backward
     // (StepOverlapOptions::param_store) are skipped; the rest go in runs of consecutive ones.

@@ -208,6 +208,26 @@ Status ParamSwapper::AdoptCpuStorage(ParamId id, uint8_t* storage) {
   return Status::Ok();
 }
 
+Status ParamSwapper::ReadNvmeCopy(ParamId id, uint8_t* dst) {
+  SwapId sid = 0;
+  {
+    std::lock_guard lock(mu_);
+    STRATA_ASSIGN_OR_RETURN(Param * p, Find(id));
+    if (p->state == State::kCpu) {
+      return FailedPreconditionError("param " + std::to_string(id) +
+                                     " is kept in CPU memory: it has no NVMe copy");
+    }
+    sid = p->swap_id;
+  }
+  Status s = space_->Read(sid, dst).Wait();
+  if (s.ok()) {
+    std::lock_guard lock(mu_);
+    STRATA_ASSIGN_OR_RETURN(Param * p, Find(id));
+    stats_.bytes_read += p->numel * options_.element_bytes;
+  }
+  return s.WithContext("param " + std::to_string(id) + ": read of its NVMe copy");
+}
+
 Status ParamSwapper::SwapOut(std::span<const ParamId> ids) {
   std::unique_lock lock(mu_);
   for (ParamId id : ids) {

@@ -71,6 +71,11 @@ class ParamSwapper {
   // unmoved while the swapper lives) and frees the swapper's own copy: a caller whose flat array
   // holds the parameters anyway stops keeping them twice. FailedPrecondition if `id` is on NVMe.
   Status AdoptCpuStorage(ParamId id, uint8_t* storage);
+  // Reads what NVMe holds of parameter `id` (its last completed write, checksums verified) into
+  // `dst` (the caller's: 4 KiB aligned, numel x element_bytes rounded up to 4 KiB), whatever its
+  // buffer holds now: a caller that rewrote part of the buffer takes the rest from there.
+  // FailedPrecondition for a CPU-kept parameter or one never written.
+  Status ReadNvmeCopy(ParamId id, uint8_t* dst);
   // Starts writing the given resident parameters back to NVMe; buffers stay allocated.
   Status SwapOut(std::span<const ParamId> ids);
   // Waits for each parameter's outstanding I/O, then frees its buffer (without writing it: use

@@ -406,6 +406,13 @@ Status NvmeOptimizerState::ReadSubGroup(int i, float* master, float* exp_avg, fl
 
 Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_scale,
                                 void* param_copy, DType copy_dtype) {
+  if (param_copy == nullptr) return Step(step, hp, grad_scale, nullptr);
+  FlatParamCopy flat(param_copy, copy_dtype);
+  return Step(step, hp, grad_scale, &flat);
+}
+
+Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_scale,
+                                ParamCopyTarget* copy) {
   if (step < 1) {
     return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
                                 " must be at least 1");
@@ -419,7 +426,6 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
   STRATA_RETURN_IF_ERROR(optimizer_.SetHyperparams(0, hp));
   swapper_->set_step_count(step - 1);
   const std::vector<int>& group_of = swap_to_group_;
-  const size_t copy_bytes = DTypeBytes(copy_dtype);
   // Per sub-group spans: from its io() call (just before its update) to the next one (see the
   // header).
   const bool tracing = tracer_ != nullptr && tracer_->enabled();
@@ -432,17 +438,26 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
   };
   StepOptions so;
   so.grad_scale = grad_scale;
-  Status grads_error;  // a gradient region's read (the update is then refused: grads null)
+  // A gradient region's read, or the copy target's Begin / Commit (the update is then refused:
+  // grads null).
+  Status grads_error;
+  const SubGroup* uncommitted = nullptr;  // updated, its copy not yet handed on
   Status s = swapper_->Step(
       [&](int k) {
         const int sg = group_of[static_cast<size_t>(k)];
         const SubGroup& g = groups_[static_cast<size_t>(sg)];
+        SubGroupIo io;
+        // The previous sub-group's update is done (io is called just before the next one).
+        if (uncommitted != nullptr) {
+          grads_error = copy->Commit(*uncommitted);
+          uncommitted = nullptr;
+          if (!grads_error.ok()) return io;
+        }
         if (tracing) {
           end_sub_group_span();
           sg_current = sg;
           sg_begin = tracer_->NowUs();
         }
-        SubGroupIo io;
         Result<const float*> grads = SubGroupGrads(sg);
         if (!grads.ok()) {
           grads_error = grads.status();
@@ -450,14 +465,24 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
         }
         io.grads = *grads;
         io.grad_dtype = DType::kFloat32;
-        if (param_copy != nullptr) {
-          io.param_copy = static_cast<uint8_t*>(param_copy) + g.flat_begin * copy_bytes;
-          io.param_copy_dtype = copy_dtype;
+        if (copy != nullptr) {
+          Result<uint8_t*> dst = copy->Begin(g);
+          if (!dst.ok()) {
+            grads_error = dst.status();
+            return SubGroupIo();
+          }
+          io.param_copy = *dst;
+          io.param_copy_dtype = copy->dtype();
+          uncommitted = &g;
         }
         return io;
       },
       so);
   end_sub_group_span();
+  // The last sub-group's copy (only after a step that went through: a failed update is not
+  // handed on).
+  if (s.ok() && grads_error.ok() && uncommitted != nullptr)
+    grads_error = copy->Commit(*uncommitted);
   const OptimizerStepStats& st = swapper_->last_step();
   span.AddArg("read_wait_ms", st.read_wait_ms);
   span.AddArg("update_ms", st.update_ms);
@@ -491,14 +516,26 @@ Status NvmeOptimizerState::StepExcept(int64_t step, const Hyperparams& hp, float
                                 std::to_string(skip.size()) + " skip flags for " +
                                 std::to_string(groups_.size()) + " sub-groups");
   }
+  if (param_copy == nullptr) return StepExcept(step, hp, grad_scale, nullptr, skip);
+  FlatParamCopy flat(param_copy, copy_dtype);
+  return StepExcept(step, hp, grad_scale, &flat, skip);
+}
+
+Status NvmeOptimizerState::StepExcept(int64_t step, const Hyperparams& hp, float grad_scale,
+                                      ParamCopyTarget* copy, const std::vector<char>& skip) {
+  if (skip.size() != groups_.size()) {
+    return InvalidArgumentError("nvme optimizer state: StepExcept got " +
+                                std::to_string(skip.size()) + " skip flags for " +
+                                std::to_string(groups_.size()) + " sub-groups");
+  }
   if (std::none_of(skip.begin(), skip.end(), [](char c) { return c != 0; }) && !async_busy()) {
-    return Step(step, hp, grad_scale, param_copy, copy_dtype);
+    return Step(step, hp, grad_scale, copy);
   }
   if (step < 1) {
     return InvalidArgumentError("nvme optimizer state: step number " + std::to_string(step) +
                                 " must be at least 1");
   }
-  return StepAsync(step, hp, grad_scale, param_copy, copy_dtype, skip);
+  return StepAsync(step, hp, grad_scale, copy, skip);
 }
 
 Status NvmeOptimizerState::PrepareSubGroupSteps() {
@@ -510,6 +547,19 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
                                           float grad_scale, float* master, float* exp_avg,
                                           float* exp_avg_sq, void* param_copy, DType copy_dtype,
                                           bool grad_checks) {
+  uint8_t* copy = nullptr;
+  if (param_copy != nullptr && i >= 0 && i < num_sub_groups()) {
+    copy = static_cast<uint8_t*>(param_copy) +
+           groups_[static_cast<size_t>(i)].flat_begin * DTypeBytes(copy_dtype);
+  }
+  return UpdateSubGroupInto(i, step, hp, grad_scale, master, exp_avg, exp_avg_sq, copy, copy_dtype,
+                            grad_checks);
+}
+
+Status NvmeOptimizerState::UpdateSubGroupInto(int i, int64_t step, const Hyperparams& hp,
+                                              float grad_scale, float* master, float* exp_avg,
+                                              float* exp_avg_sq, uint8_t* copy, DType copy_dtype,
+                                              bool grad_checks) {
   if (i < 0 || i >= num_sub_groups()) {
     return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
                                 " (there are " + std::to_string(num_sub_groups()) + ")");
@@ -525,7 +575,7 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
       slots_[static_cast<size_t>(at)].state == Slot::State::kValid) {
     const OptimizerSwapper::StateView v = SlotState(static_cast<size_t>(at));
     if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
-      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, param_copy, copy_dtype,
+      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, copy, copy_dtype,
                          grad_checks);
     }
   }
@@ -537,10 +587,7 @@ Status NvmeOptimizerState::UpdateSubGroup(int i, int64_t step, const Hyperparams
   t.grads = grads;
   t.grad_dtype = DType::kFloat32;
   // As the swapper: fp16/bf16 copy-out fused into the update, fp32 a copy after it.
-  const bool fp32_copy = param_copy != nullptr && copy_dtype == DType::kFloat32;
-  uint8_t* copy = param_copy == nullptr
-                      ? nullptr
-                      : static_cast<uint8_t*>(param_copy) + g.flat_begin * DTypeBytes(copy_dtype);
+  const bool fp32_copy = copy != nullptr && copy_dtype == DType::kFloat32;
   t.param_copy = fp32_copy ? nullptr : copy;
   t.param_copy_dtype = copy_dtype;
   StepOptions so;

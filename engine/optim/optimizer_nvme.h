@@ -62,6 +62,7 @@
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
 #include "engine/optim/grad_region.h"
+#include "engine/optim/param_copy_target.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
@@ -154,6 +155,11 @@ class NvmeOptimizerState {
   // naming the sub-group and the swap file/offset; sub-groups already written hold the new state.
   Status Step(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
               DType copy_dtype);
+  // The same with the copy-out going to `copy` sub-group by sub-group (engine/optim/
+  // param_copy_target.h; null: none): each sub-group is committed once its update is done, before
+  // the next one begins, so one destination buffer serves them all. A sub-group whose update
+  // failed is not committed.
+  Status Step(int64_t step, const Hyperparams& hp, float grad_scale, ParamCopyTarget* copy);
 
   // As Step, but sub-groups with skip[i] != 0 are left alone (the overlapped step updated them:
   // engine/optim/step_overlap.h). With none skipped and nothing in the slots this is Step;
@@ -162,6 +168,8 @@ class NvmeOptimizerState {
   // has num_sub_groups() entries.
   Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
                     DType copy_dtype, const std::vector<char>& skip);
+  Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, ParamCopyTarget* copy,
+                    const std::vector<char>& skip);
 
   // Per sub-group steps (the overlapped step: engine/optim/step_overlap.h). PrepareSubGroupSteps
   // (the engine's thread) writes the stage and zeros for sub-groups never written (nothing, and no
@@ -181,6 +189,11 @@ class NvmeOptimizerState {
   Status UpdateSubGroup(int i, int64_t step, const Hyperparams& hp, float grad_scale, float* master,
                         float* exp_avg, float* exp_avg_sq, void* param_copy, DType copy_dtype,
                         bool grad_checks = false);
+  // The same with `copy` the sub-group's own destination (its numel elements of copy_dtype, e.g.
+  // from ParamCopyTarget::Begin), not a partition-sized array.
+  Status UpdateSubGroupInto(int i, int64_t step, const Hyperparams& hp, float grad_scale,
+                            float* master, float* exp_avg, float* exp_avg_sq, uint8_t* copy,
+                            DType copy_dtype, bool grad_checks = false);
   Status WriteSubGroup(int i, const float* master, const float* exp_avg, const float* exp_avg_sq);
 
   // --- The asynchronous path (see the top of this file) ---
@@ -317,12 +330,12 @@ class NvmeOptimizerState {
   OptimizerSwapper::StateView SlotState(size_t k) const;
   // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
   Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,
-                     void* param_copy, DType copy_dtype, bool grad_checks);
+                     uint8_t* copy, DType copy_dtype, bool grad_checks);
   // Verifies the blocks of slot k's deferred read not verified yet (all at once, from memory).
   Status VerifyRest(size_t k);
   // The async path of StepExcept.
-  Status StepAsync(int64_t step, const Hyperparams& hp, float grad_scale, void* param_copy,
-                   DType copy_dtype, const std::vector<char>& skip);
+  Status StepAsync(int64_t step, const Hyperparams& hp, float grad_scale, ParamCopyTarget* copy,
+                   const std::vector<char>& skip);
 
   NvmeOptimizerStateOptions options_;
   CpuOptimizer optimizer_;

@@ -432,8 +432,7 @@ Status NvmeOptimizerState::SettleWrites() {
 }
 
 Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float grad_scale,
-                                     void* param_copy, DType copy_dtype,
-                                     const std::vector<char>& skip) {
+                                     ParamCopyTarget* copy, const std::vector<char>& skip) {
   TraceSpan span(tracer_, "optimizer step (nvme)", "optimizer");  // as Step's
   swapper_stepped_ = false;
   sg_bytes_read_ = sg_bytes_written_ = 0;
@@ -465,10 +464,21 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
       break;
     }
     const double t = NowMs();
-    s = UpdateSubGroup(i, step, hp, grad_scale, v->params, v->exp_avg, v->exp_avg_sq, param_copy,
-                       copy_dtype);
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    uint8_t* dst = nullptr;
+    if (copy != nullptr) {
+      Result<uint8_t*> d = copy->Begin(g);
+      if (!d.ok()) {
+        s = d.status();
+        break;
+      }
+      dst = *d;
+    }
+    s = UpdateSubGroupInto(i, step, hp, grad_scale, v->params, v->exp_avg, v->exp_avg_sq, dst,
+                           copy != nullptr ? copy->dtype() : DType::kBFloat16);
     if (s.ok()) s = WriteBack(i);
     sg_update_ms_ += NowMs() - t;
+    if (s.ok() && copy != nullptr) s = copy->Commit(g);
   }
   const AsyncStats st = TakeAsyncStats();
   sg_bytes_read_ = st.bytes_read;

@@ -48,7 +48,7 @@ size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // the partition's multiples of tile_numel (a multiple of the norm's chunk by default), so each
 // holds whole chunks; the chunks across the sub-group's edges are left to the step's norm.
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
-                                       float grad_scale, void* param_copy, DType copy_dtype,
+                                       float grad_scale, uint8_t* copy, DType copy_dtype,
                                        bool grad_checks) {
   Slot& slot = slots_[k];
   const SubGroup& g = groups_[static_cast<size_t>(i)];
@@ -139,10 +139,8 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     return st == kVerified;
   };
 
-  const bool fp32_copy = param_copy != nullptr && copy_dtype == DType::kFloat32;
+  const bool fp32_copy = copy != nullptr && copy_dtype == DType::kFloat32;
   const size_t cbytes = DTypeBytes(copy_dtype);
-  uint8_t* copy =
-      param_copy == nullptr ? nullptr : static_cast<uint8_t*>(param_copy) + g.flat_begin * cbytes;
   StepOptions so;
   so.grad_scale = grad_scale;
   auto run_tile = [&](size_t t) {

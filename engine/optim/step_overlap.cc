@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/base/trace.h"
+#include "engine/zero/zero3_shards.h"
 
 namespace strata {
 
@@ -66,6 +67,28 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
   const size_t n = op.sub_groups.size();
   o->done_.assign(n, 0);
   o->kept_.resize(n);
+  o->ring_of_.assign(n, -1);
+  if (op.param_store != nullptr && op.param_copy == nullptr) {
+    if (op.nvme_opt == nullptr || op.copy_buffers < 1) {
+      return InvalidArgumentError(
+          "overlapped step: writing parameters back without param_copy needs the NVMe optimizer "
+          "state and at least one copy buffer");
+    }
+    size_t largest = 1;
+    for (size_t g = 0; g < n; ++g) largest = std::max(largest, o->Numel(g));
+    PinnedPoolOptions po;
+    po.buffer_bytes = std::max<size_t>(largest * DTypeBytes(op.copy_dtype), 64);
+    po.buffer_count = op.copy_buffers;
+    po.lock = false;  // the store copies them into its own (pinned) swap buffers
+    po.device = op.device;
+    po.budget = op.budget;
+    po.name = "overlapped step: updated parameter buffers";
+    STRATA_ASSIGN_OR_RETURN(o->ring_pool_, PinnedPool::Create(po));
+    for (size_t b = 0; b < op.copy_buffers; ++b) {
+      o->ring_.push_back(o->ring_pool_->Acquire());
+      o->ring_free_.push_back(static_cast<int>(b));
+    }
+  }
   o->worker_ = std::thread([p = o.get()] { p->WorkerLoop(); });
   if (op.nvme_opt != nullptr) op.nvme_opt->set_drain_hook([p = o.get()] { p->PauseWorker(); });
   return o;
@@ -133,7 +156,15 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   return Status::Ok();
 }
 
+void StepOverlap::FreeRingLocked(size_t g) {
+  if (ring_of_[g] < 0) return;
+  ring_free_.push_back(ring_of_[g]);
+  ring_of_[g] = -1;
+  --ring_pending_;
+}
+
 void StepOverlap::ResetStepLocked() {
+  for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
   std::fill(done_.begin(), done_.end(), 0);
   for (auto& k : kept_) k.reset();
   ready_.clear();
@@ -181,7 +212,43 @@ Status StepOverlap::StopReadAhead(StepBreakdown* b) {
 }
 
 Status StepOverlap::WriteBackUpdated() {
-  if (o_.param_store == nullptr || o_.param_copy == nullptr || !active_) return Status::Ok();
+  if (o_.param_store == nullptr || !active_) return Status::Ok();
+  if (ring()) {  // each update in its copy buffer, handed on and freed
+    params_written_.resize(o_.sub_groups.size(), 0);
+    std::vector<std::pair<size_t, const uint8_t*>> todo;
+    {
+      std::lock_guard lock(mu_);
+      for (size_t g = 0; g < done_.size(); ++g) {
+        if (done_[g] != 0 && ring_of_[g] >= 0) {
+          todo.emplace_back(g, ring_[static_cast<size_t>(ring_of_[g])].bytes());
+        }
+      }
+    }
+    Status first;
+    for (const auto& [g, src] : todo) {
+      Status w = first.ok() ? o_.param_store->Write(o_.sub_groups[g].flat_begin, src, Numel(g),
+                                                    copy_stream_)
+                            : Status::Ok();
+      {
+        // Freed even when the write failed (the step fails and rolls back): the worker must not
+        // wait for it.
+        std::lock_guard lock(mu_);
+        FreeRingLocked(g);
+      }
+      cv_.notify_all();
+      if (!w.ok()) {
+        first = w.WithContext("overlapped step: writing back sub-group " + std::to_string(g) +
+                              "'s parameters");
+        continue;
+      }
+      if (first.ok()) {
+        params_written_[g] = 1;
+        ++param_write_backs_;
+      }
+    }
+    return first;
+  }
+  if (o_.param_copy == nullptr) return Status::Ok();
   params_written_.resize(o_.sub_groups.size(), 0);
   std::vector<size_t> todo;
   {
@@ -303,11 +370,12 @@ void StepOverlap::WorkerLoop() {
   std::unique_lock lock(mu_);
   while (true) {
     cv_.wait(lock, [&] {
-      return stop_ || !ready_.empty() || (nvme != nullptr && read_ahead_on_ && kick_);
+      return stop_ || (!ready_.empty() && CanUpdateLocked()) ||
+             (nvme != nullptr && read_ahead_on_ && kick_);
     });
     if (stop_) return;
     busy_ = true;
-    if (!ready_.empty()) {
+    if (!ready_.empty() && CanUpdateLocked()) {
       // Note [Ready and resident first]
       auto pick = ready_.begin();
       if (nvme != nullptr) {
@@ -335,13 +403,14 @@ void StepOverlap::WorkerLoop() {
       lock.lock();
       // Note [Ready and resident first]: the oldest I/O is waited for only until a sub-group
       // turns ready (the aio threads do not signal cv_: polled every kIoPoll).
-      while (s.ok() && helps && !stop_ && ready_.empty()) {
+      while (s.ok() && helps && !stop_ && !(!ready_.empty() && CanUpdateLocked())) {
         lock.unlock();
         Result<bool> done = nvme->WaitOldestIo(/*block=*/false);
         lock.lock();
         if (!done.ok()) s = done.status();
         if (!done.ok() || *done) break;
-        cv_.wait_for(lock, kIoPoll, [&] { return stop_ || !ready_.empty(); });
+        cv_.wait_for(lock, kIoPoll,
+                     [&] { return stop_ || (!ready_.empty() && CanUpdateLocked()); });
       }
       if (!s.ok() && error_.ok()) error_ = s;
       if (s.ok() && helps) kick_ = true;  // look again once that I/O is done
@@ -362,6 +431,26 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
   uint8_t* copy = o_.param_copy == nullptr
                       ? nullptr
                       : static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes;
+  int slot = -1;  // ring mode: the copy buffer (the worker picks g only when one is free)
+  if (ring()) {
+    std::lock_guard lock(mu_);
+    if (ring_free_.empty()) return InternalError("overlapped step: no free copy buffer");
+    slot = ring_free_.back();
+    ring_free_.pop_back();
+  }
+  // Ring mode: the slot goes back unless the update succeeds (then WriteBackUpdated frees it).
+  bool slot_taken = false;
+  struct SlotGuard {
+    StepOverlap* o;
+    int slot;
+    const bool* taken;
+    ~SlotGuard() {
+      if (slot < 0 || *taken) return;
+      std::lock_guard lock(o->mu_);
+      o->ring_free_.push_back(slot);
+    }
+  } guard{this, slot, &slot_taken};
+  uint8_t* dst = slot >= 0 ? ring_[static_cast<size_t>(slot)].bytes() : copy;
   double t0 = NowMs();
   if (o_.cpu_opt != nullptr) {
     if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
@@ -401,9 +490,9 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
       std::memcpy(kept->state.data() + n, v->exp_avg, n * sizeof(float));
       std::memcpy(kept->state.data() + 2 * n, v->exp_avg_sq, n * sizeof(float));
     }
-    STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroup(i, args_.step, args_.hp, args_.grad_scale,
-                                                v->params, v->exp_avg, v->exp_avg_sq, o_.param_copy,
-                                                o_.copy_dtype, /*grad_checks=*/fused));
+    STRATA_RETURN_IF_ERROR(nvme->UpdateSubGroupInto(i, args_.step, args_.hp, args_.grad_scale,
+                                                    v->params, v->exp_avg, v->exp_avg_sq, dst,
+                                                    o_.copy_dtype, /*grad_checks=*/fused));
     STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
   }
   const double ms = NowMs() - t0;
@@ -416,6 +505,11 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     kept_[g] = std::move(kept);
     done_[g] = 1;
     adam_ms_ += ms;
+    if (slot >= 0) {
+      ring_of_[g] = slot;
+      ++ring_pending_;
+      slot_taken = true;
+    }
   }
   overlapped_.fetch_add(1);
   if (!backward_ended_.load()) early_.fetch_add(1);
@@ -429,7 +523,21 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   {
     std::unique_lock lock(mu_);
     read_ahead_on_ = false;  // the ready ones still read what they need
-    done_cv_.wait(lock, [&] { return (processed_ == pushed_ && !busy_) || !s.ok(); });
+    for (;;) {
+      done_cv_.wait(
+          lock, [&] { return (processed_ == pushed_ && !busy_) || !s.ok() || ring_pending_ > 0; });
+      if ((processed_ == pushed_ && !busy_) || !s.ok()) break;
+      // Ring mode: the worker may wait for a copy buffer; hand the finished updates on.
+      lock.unlock();
+      if (write_back_error_.ok()) {
+        write_back_error_ = WriteBackUpdated();
+      } else {
+        std::lock_guard l(mu_);
+        for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
+      }
+      cv_.notify_all();
+      lock.lock();
+    }
     if (!s.ok()) done_cv_.wait(lock, [&] { return !busy_; });
     worker = error_;
     b->overlapped_adam_ms += adam_ms_;
@@ -533,6 +641,19 @@ Status StepOverlap::Rollback() {
       std::memcpy(v->exp_avg_sq, k.data() + 2 * n, n * sizeof(float));
       STRATA_RETURN_IF_ERROR(o_.nvme_opt->WriteBack(i).WithContext(
           "overlapped step: restoring sub-group " + std::to_string(g)));
+    }
+    if (ring()) {  // the old parameters are the kept master rounded (StepOverlapOptions)
+      {
+        std::lock_guard lock(mu_);
+        FreeRingLocked(g);
+      }
+      if (written[g] != 0) {
+        STRATA_RETURN_IF_ERROR(WriteShardsFromMaster(k.data(), sg.flat_begin, n, o_.copy_dtype,
+                                                     *o_.param_store, copy_stream_)
+                                   .WithContext("overlapped step: restoring sub-group " +
+                                                std::to_string(g) + "'s parameters"));
+      }
+      continue;
     }
     if (o_.param_copy != nullptr && !kept[g]->copy.empty()) {
       std::memcpy(static_cast<uint8_t*>(o_.param_copy) + sg.flat_begin * cbytes,

@@ -75,6 +75,8 @@
 #include "engine/optim/optimizer_state.h"
 #include "engine/zero/param_store.h"
 #include "offload/device/device.h"
+#include "offload/pinned_pool.h"
+#include "offload/tier_budget.h"
 
 namespace strata {
 
@@ -104,6 +106,15 @@ struct StepOverlapOptions {
   // writes back only the rest (params_written()). Not by the worker: the store's writes may wait
   // for the gather stream, whose all-gathers need the other ranks' engine threads to go on.
   ParamStore* param_store = nullptr;
+  // param_store without param_copy (offload_param nvme, issue #36: no partition-sized staging;
+  // NVMe optimizer state only): the worker writes each update's compute-dtype values into one of
+  // copy_buffers buffers of the largest sub-group (plain memory charged to `budget`'s CPU tier),
+  // which the engine's thread hands to param_store and frees (WriteBackUpdated); with none free
+  // the worker leaves ready sub-groups queued. A speculative step then keeps master + moments
+  // only: the old parameters are the kept master rounded (every write of the store is the master
+  // rounded once: initialisation, loads, updates), which Rollback writes back.
+  size_t copy_buffers = 2;
+  TierBudget* budget = nullptr;
   // Bound on the kept copies of a speculative step (master + moments + param_copy range).
   uint64_t copy_limit_bytes = uint64_t{1} << 30;
   // Optional: a track "adam overlap" with a span per sub-group's update, and "grads ready" with a
@@ -178,6 +189,10 @@ class StepOverlap {
   int64_t early_sub_groups() const { return early_.load(); }
   // Sub-groups whose parameters WriteBackUpdated wrote into param_store (cumulative).
   int64_t early_param_write_backs() const { return param_write_backs_; }
+  // Bytes of the copy buffers (StepOverlapOptions::copy_buffers; 0 with param_copy).
+  uint64_t copy_buffer_bytes() const {
+    return ring_pool_ != nullptr ? uint64_t{ring_pool_->buffer_bytes()} * ring_.size() : 0;
+  }
 
  private:
   struct Kept {                 // a speculative sub-group's state before its early update
@@ -199,6 +214,10 @@ class StepOverlap {
   Status WriteBackUpdated();
   // Stops the read-ahead and waits until the worker is idle (the NVMe state's drain hook).
   void PauseWorker();
+  // Copy buffers (StepOverlapOptions::copy_buffers): in use, and whether one is free (mu_).
+  bool ring() const { return !ring_.empty(); }
+  bool CanUpdateLocked() const { return ring_.empty() || !ring_free_.empty(); }
+  void FreeRingLocked(size_t g);
 
   StepOverlapOptions o_;
   // Slice s touches sub-groups [groups_of_slice_[s].first, .second) (one unless chunks cut it).
@@ -238,6 +257,14 @@ class StepOverlap {
   bool kick_ = false;           // something changed: the read-ahead looks again
   Status error_;
   double adam_ms_ = 0;
+
+  // The copy buffers (ring mode): free ones, and the one holding sub-group g's update, or -1
+  // (mu_); ring_pending_ counts those not yet handed to param_store.
+  std::unique_ptr<PinnedPool> ring_pool_;
+  std::vector<PinnedBuffer> ring_;
+  std::vector<int> ring_free_;
+  std::vector<int> ring_of_;
+  size_t ring_pending_ = 0;
 
   std::atomic<bool> backward_ended_{false};
   std::atomic<int64_t> overlapped_{0}, early_{0};

@@ -28,14 +28,17 @@ namespace strata {
 // exp_avg_sq of each sub-group as one swap extent (each part 4 KiB aligned), buffer_count pinned
 // buffers of the largest sub-group, the fp32 gradient partition in pinned CPU memory;
 // offload_param nvme: buffer_count x buffer_size
-// elements of pinned buffers, max_in_cpu elements kept in the (pinned) updated parameter
-// staging, the rest on NVMe;
+// elements of pinned buffers, the shards within max_in_cpu kept in CPU memory, the rest on NVMe;
+// the updated parameters go back to the store a swap chunk at a time (no partition-sized staging
+// with the NVMe optimizer state: engine/optim/param_copy_target.h), and the CPU-kept shards have
+// the store's own storage (with offload_optimizer cpu they live in the staging instead);
 // each swapper's AioHandle may allocate a pageable bounce buffer of queue_depth x block_size
 // per thread (only for unaligned requests; counted to be safe).
 
 namespace {
 
-// With offload_param nvme the staging also holds the shards kept in CPU (max_in_cpu).
+// With offload_param nvme (offload_optimizer cpu) the staging also holds the shards kept in CPU
+// (max_in_cpu).
 std::string StagingLabel(OffloadDevice param_device) {
   return param_device == OffloadDevice::kNvme
              ? "updated parameter staging (+ the max_in_cpu parameter shards)"
@@ -247,8 +250,13 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
               std::to_string((largest_swapped + count - 1) / count) +
               ", or to \"auto\" (the planner chooses)");
         }
-        // The ones kept in CPU live in the updated parameter staging (Note [Shared CPU shards]
-        // in param_store_nvme.cc): no bytes of their own.
+        // With offload_optimizer cpu the ones kept in CPU live in the updated parameter staging
+        // (Note [Shared CPU shards] in param_store_nvme.cc): no bytes of their own. With nvme
+        // the store keeps them in one buffer of their own (at most max_in_cpu elements).
+        if (od == OffloadDevice::kNvme) {
+          p.Pinned("parameter shards kept in CPU (offload_param.max_in_cpu)", in_cpu * cb,
+                   z.offload_param.pin_memory);
+        }
         p.Pinned("parameter swap buffers (buffer_count x buffer_size)",
                  static_cast<uint64_t>(z.offload_param.buffer_count) *
                      RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kSwapAlign),
@@ -326,7 +334,20 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);
-      if (pd != OffloadDevice::kCpu) p.Pinned(StagingLabel(pd), part * cb, opt_pin);
+      if (pd == OffloadDevice::kNvme) {
+        // No partition-sized staging: each chunk's update goes to the parameter store from one
+        // chunk-sized buffer (engine/optim/param_copy_target.h), and the overlapped step's
+        // worker from its own copy buffers (charged to the CPU tier, not locked).
+        p.Pinned("updated parameter write-back buffer (largest swap chunk)", largest_group * cb,
+                 opt_pin);
+        if (config.strata.overlap_step && z.stage >= 2) {
+          p.Add(PlanTier::kPinnedCpu,
+                "overlapped step: updated parameter buffers (2 x largest swap chunk, not locked)",
+                2 * PinnedAlloc(largest_group * cb));
+        }
+      } else if (pd != OffloadDevice::kCpu) {
+        p.Pinned(StagingLabel(pd), part * cb, opt_pin);
+      }
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
       p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
             static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *

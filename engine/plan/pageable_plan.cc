@@ -41,11 +41,16 @@ void AddPageableItems(const ModelShape& /*model*/, const Config& config, const P
                        z.offload_optimizer.device != OffloadDevice::kNone;
   const bool speculative = config.training.gradient_clipping > 0 || config.fp16.enabled ||
                            config.bf16.check_grad_overflow;
+  // offload_param nvme with the NVMe optimizer state: the old parameters are the kept master
+  // rounded (engine/optim/step_overlap.h), so no compute copy is kept.
+  const bool no_copy = z.stage == 3 && z.offload_param.device == OffloadDevice::kNvme &&
+                       z.offload_optimizer.device == OffloadDevice::kNvme;
+  const uint64_t kept_copy_bytes = no_copy ? 0 : in.compute_bytes;
   if (overlap && speculative) {
     Add(plan,
         "speculative overlapped step: kept master + moments + compute copy of the sub-groups "
         "updated during backward (strata.overlap_step under clipping / fp16; at most 1 GiB)",
-        std::min(kKeptCopyLimit, in.offloaded_numel * (12 + in.compute_bytes)));
+        std::min(kKeptCopyLimit, in.offloaded_numel * (12 + kept_copy_bytes)));
   }
 }
 

@@ -4,8 +4,10 @@
 // passed (Note [Lazy release]); written back asynchronously (Note [Asynchronous write-back]).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -37,17 +39,32 @@ constexpr uint64_t kSwapAlign = 4096;  // SwapSpace extents
 // that finished it, with the swap file and offset in the message; the swapper keeps that shard's
 // buffer (the only copy of its values).
 
+// Note [Filling a shard]
+// The optimizer hands its updates over one swap chunk at a time (engine/optim/
+// param_copy_target.h), and a chunk may hold part of a parameter's shard. A write that covers
+// part of a shard therefore does not write it at once (that would write the shard once per chunk
+// it spans, and read it back before each): the shard takes a buffer (kFilling), each write copies
+// its range in and records it, and the shard's write starts when its ranges cover it. The old
+// bytes are not read for that: when a fill must end early (an Acquire of the shard, buffers
+// needed, Drain — e.g. after an overflow skipped the rest of the step), the ranges not written
+// are taken from the NVMe copy then (ReadNvmeCopy), so the shard holds exactly what it held plus
+// the writes. A shard whose buffer already held its current bytes (a cached one, or one never
+// written: zeros) needs no such read.
+
 class NvmeParamStore final : public ParamStore {
  public:
   explicit NvmeParamStore(const ParamStoreOptions& o) : ParamStore(o) {}
 
   ~NvmeParamStore() override {
-    // Writes in flight first (their errors have no caller left), events (they name the device),
-    // then the swapper (waits for its I/O), then the aio handle it uses.
+    // Fills and writes in flight first (their errors have no caller left), events (they name the
+    // device), then the swapper (waits for its I/O), then the aio handle it uses.
+    FinishFills().IgnoreError();
     FlushWrites().IgnoreError();
     done_.clear();
     free_events_.clear();
     swapper_.reset();
+    cpu_storage_.Release();
+    cpu_pool_.reset();
     own_aio_.reset();
   }
 
@@ -89,12 +106,41 @@ class NvmeParamStore final : public ParamStore {
         nvme_bytes_ += (n * ebytes_ + kSwapAlign - 1) / kSwapAlign * kSwapAlign;
       }
     }
+    return KeepCpuShards();
+  }
+
+  // The shards within max_in_cpu get storage of their own: one buffer of exactly their bytes
+  // (at most max_in_cpu elements: a cap, charged to the budget's CPU tier), pinned per
+  // offload_param.pin_memory, instead of the swapper's vectors.
+  Status KeepCpuShards() {
+    if (cpu_kept_bytes_ == 0) return Status::Ok();
+    const ParamStoreOptions& o = options_;
+    PinnedPoolOptions po;
+    po.buffer_bytes = cpu_kept_bytes_;
+    po.buffer_count = 1;
+    po.lock = o.pin_memory;
+    po.device = o.device;
+    po.budget = o.budget;
+    po.name = "parameter shards kept in CPU (offload_param.max_in_cpu)";
+    auto pool = PinnedPool::Create(po);
+    if (!pool.ok()) return pool.status().WithContext("offload_param nvme");
+    cpu_pool_ = std::move(pool).value();
+    cpu_storage_ = cpu_pool_->Acquire();
+    auto* at = static_cast<uint8_t*>(cpu_storage_.data());
+    const std::vector<ShardSlice>& slices = o.layout->slices();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].registered || !slots_[i].in_cpu) continue;
+      STRATA_RETURN_IF_ERROR(swapper_->AdoptCpuStorage(static_cast<ParamId>(i), at));
+      at += slices[i].shard_numel * ebytes_;
+    }
+    cpu_kept_bytes_ = cpu_pool_->buffer_bytes();
     return Status::Ok();
   }
 
   void* flat() const override { return nullptr; }
 
-  // Note [Shared CPU shards]: the engine's updated-parameter staging (param_copy) is the flat
+  // Note [Shared CPU shards]: with offload_optimizer cpu the engine's updated-parameter staging
+  // (param_copy) is the flat
   // partition the optimizer writes the new parameters into; the shards within max_in_cpu then
   // had a second copy here, refreshed by a memcpy of every updated element at each step (from
   // the engine thread, during backward with the overlapped step: ~16 ms a step of the balanced
@@ -115,6 +161,8 @@ class NvmeParamStore final : public ParamStore {
       STRATA_RETURN_IF_ERROR(swapper_->AdoptCpuStorage(static_cast<ParamId>(i),
                                                        base + slices[i].flat_offset * ebytes_));
     }
+    cpu_storage_.Release();  // the store's own storage (KeepCpuShards) is no longer used
+    cpu_pool_.reset();
     cpu_kept_bytes_ = 0;  // the flat array's owner counts them
     return Status::Ok();
   }
@@ -162,6 +210,9 @@ class NvmeParamStore final : public ParamStore {
         s.state = State::kAcquired;
         s.acquired = 1;
         return ShardView{s.data, true};
+      case State::kFilling:  // Note [Filling a shard]: written as it is, then read as usual
+        STRATA_RETURN_IF_ERROR(FinishFill(param));
+        [[fallthrough]];
       case State::kWriting:  // its write-back is in flight: finish it, then read as usual
         STRATA_RETURN_IF_ERROR(FlushOne(param));
         if (!s.written) {
@@ -252,7 +303,9 @@ class NvmeParamStore final : public ParamStore {
 
   Status Drain() override {
     std::lock_guard lock(mu_);
-    return FlushWrites();
+    Status first = FinishFills();
+    Status w = FlushWrites();
+    return first.ok() ? w : first;
   }
 
   uint64_t device_bytes() const override { return 0; }
@@ -276,8 +329,9 @@ class NvmeParamStore final : public ParamStore {
  private:
   // kIdle: on NVMe only (or CPU-kept, not acquired). kPrefetched: a read issued, not acquired.
   // kAcquired: in use by gathers. kDone: in its buffer, waiting for its event (done_).
-  // kWriting: a swap-out in flight (writing_).
-  enum class State { kIdle, kPrefetched, kAcquired, kDone, kWriting };
+  // kWriting: a swap-out in flight (writing_). kFilling: partly written since its buffer was
+  // taken, its write not started (filling_; Note [Filling a shard]).
+  enum class State { kIdle, kPrefetched, kAcquired, kDone, kWriting, kFilling };
   struct Slot {
     bool registered = false;  // shard_numel > 0
     bool in_cpu = false;      // within max_in_cpu: kept in CPU memory by the swapper
@@ -286,6 +340,10 @@ class NvmeParamStore final : public ParamStore {
     int acquired = 0;
     uint64_t seq = 0;  // bumped on every kDone entry and re-acquire: stale done_ entries
     const uint8_t* data = nullptr;
+    // kFilling: the element ranges written so far (sorted, disjoint), and whether the rest of the
+    // buffer already holds the shard's current bytes.
+    std::vector<std::pair<size_t, size_t>> filled;
+    bool base_valid = false;
   };
   struct DoneEntry {
     size_t param;
@@ -387,6 +445,11 @@ class NvmeParamStore final : public ParamStore {
       STRATA_RETURN_IF_ERROR(ReleaseDone(d));
       return true;
     }
+    for (size_t p : filling_) {  // the oldest fill is written as it is (then flushed above)
+      if (p == keep) continue;
+      STRATA_RETURN_IF_ERROR(FinishFill(p));
+      return true;
+    }
     for (auto it = prefetched_.rbegin(); it != prefetched_.rend(); ++it) {
       const size_t p = *it;
       if (p == keep) continue;
@@ -422,7 +485,13 @@ class NvmeParamStore final : public ParamStore {
     Slot& s = slots_[param];
     const ParamId id = static_cast<ParamId>(param);
     const bool whole = offset == 0 && count == options_.layout->slices()[param].shard_numel;
+    if (s.state == State::kFilling) {  // Note [Filling a shard]
+      STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+      if (whole) s.filled.clear();
+      return AddFilled(param, offset, count);
+    }
     switch (s.state) {
+      case State::kFilling:
       case State::kAcquired:
         return FailedPreconditionError(Where(param, "write") + ": the shard is acquired");
       case State::kWriting:  // written again: its previous write finishes first
@@ -433,7 +502,8 @@ class NvmeParamStore final : public ParamStore {
         s.state = State::kIdle;
         // Its buffer is still allocated and holds the current bytes: Allocate returns it.
         STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
-        return StartWrite(param);
+        if (whole) return StartWrite(param);
+        return BeginFill(param, offset, count, /*base_valid=*/true);
       case State::kPrefetched: {
         Unprefetch(param);
         s.state = State::kIdle;
@@ -444,7 +514,8 @@ class NvmeParamStore final : public ParamStore {
           break;
         }
         STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
-        return StartWrite(param);
+        if (whole) return StartWrite(param);
+        return BeginFill(param, offset, count, /*base_valid=*/true);
       }
       case State::kIdle:
         break;
@@ -453,19 +524,96 @@ class NvmeParamStore final : public ParamStore {
       STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
       return Status::Ok();
     }
-    if (whole || !s.written) {
-      STRATA_RETURN_IF_ERROR(WithRoom(param, [&]() -> Status {
-        STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Allocate(id));
-        if (!whole) std::memset(buf.data(), 0, buf.size());
-        return Status::Ok();
-      }));
-    } else {  // a partial write keeps the other elements: read them first
-      STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return swapper_->SwapIn({&id, 1}); }));
-      STRATA_RETURN_IF_ERROR(
-          swapper_->WaitIn({&id, 1}).WithContext(Where(param, "read before a partial write")));
-    }
+    // A partial write of a shard never written: the rest is zeros. Of one on NVMe: the rest is
+    // taken from there only if the fill ends early (Note [Filling a shard]).
+    STRATA_RETURN_IF_ERROR(WithRoom(param, [&]() -> Status {
+      STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Allocate(id));
+      if (!whole && !s.written) std::memset(buf.data(), 0, buf.size());
+      return Status::Ok();
+    }));
     STRATA_RETURN_IF_ERROR(WriteInto(param, offset, count, src));
+    if (whole) return StartWrite(param);
+    return BeginFill(param, offset, count, /*base_valid=*/!s.written);
+  }
+
+  // Shard `param` (its buffer allocated, [offset, offset + count) written) turns kFilling.
+  Status BeginFill(size_t param, size_t offset, size_t count, bool base_valid) {
+    Slot& s = slots_[param];
+    s.state = State::kFilling;
+    s.filled.clear();
+    s.base_valid = base_valid;
+    filling_.push_back(param);
+    return AddFilled(param, offset, count);
+  }
+
+  // Records [offset, offset + count) as written; once the ranges cover the shard its write starts.
+  Status AddFilled(size_t param, size_t offset, size_t count) {
+    Slot& s = slots_[param];
+    std::vector<std::pair<size_t, size_t>>& f = s.filled;
+    f.emplace_back(offset, offset + count);
+    std::sort(f.begin(), f.end());
+    size_t out = 0;
+    for (size_t k = 1; k < f.size(); ++k) {
+      if (f[k].first <= f[out].second) {
+        f[out].second = std::max(f[out].second, f[k].second);
+      } else {
+        f[++out] = f[k];
+      }
+    }
+    f.resize(out + 1);
+    const size_t numel = options_.layout->slices()[param].shard_numel;
+    if (f.size() == 1 && f[0].first == 0 && f[0].second >= numel) return FinishFill(param);
+    return Status::Ok();
+  }
+
+  // Ends shard `param`'s fill: the ranges not written are taken from its NVMe copy (unless the
+  // buffer held the current bytes), then its write starts (kWriting).
+  Status FinishFill(size_t param) {
+    Slot& s = slots_[param];
+    auto it = std::find(filling_.begin(), filling_.end(), param);
+    if (it != filling_.end()) filling_.erase(it);
+    const size_t numel = options_.layout->slices()[param].shard_numel;
+    const bool complete =
+        s.filled.size() == 1 && s.filled[0].first == 0 && s.filled[0].second >= numel;
+    if (!complete && !s.base_valid) {
+      const ParamId id = static_cast<ParamId>(param);
+      const size_t bytes = (numel * ebytes_ + kSwapAlign - 1) / kSwapAlign * kSwapAlign;
+      std::unique_ptr<uint8_t, decltype(&std::free)> old(
+          static_cast<uint8_t*>(std::aligned_alloc(kSwapAlign, bytes)), &std::free);
+      if (old == nullptr) {
+        return InternalError(Where(param, "fill") + ": no memory to merge its old bytes");
+      }
+      Status st = swapper_->ReadNvmeCopy(id, old.get());
+      if (!st.ok()) {
+        s.state = State::kIdle;  // the buffer holds a partial update: dropped, NVMe unchanged
+        s.filled.clear();
+        swapper_->Release({&id, 1}).IgnoreError();
+        return st.WithContext(Where(param, "read before ending a partial write"));
+      }
+      STRATA_ASSIGN_OR_RETURN(std::span<uint8_t> buf, swapper_->Data(id));
+      size_t at = 0;  // copy the gaps between the filled ranges
+      for (const auto& [b, e] : s.filled) {
+        if (b > at)
+          std::memcpy(buf.data() + at * ebytes_, old.get() + at * ebytes_, (b - at) * ebytes_);
+        at = e;
+      }
+      if (at < numel) {
+        std::memcpy(buf.data() + at * ebytes_, old.get() + at * ebytes_, (numel - at) * ebytes_);
+      }
+    }
+    s.filled.clear();
+    s.state = State::kIdle;
     return StartWrite(param);
+  }
+
+  // Ends every fill (Drain); the first error.
+  Status FinishFills() {
+    Status first;
+    while (!filling_.empty()) {
+      Status st = FinishFill(filling_.front());
+      if (first.ok()) first = st;
+    }
+    return first;
   }
 
   Status WriteInto(size_t param, size_t offset, size_t count, const uint8_t* src) {
@@ -520,11 +668,15 @@ class NvmeParamStore final : public ParamStore {
   uint8_t zero_ = 0;                                   // what a zero-sized shard's view points at
   std::unique_ptr<AioHandle> own_aio_;
   std::unique_ptr<ParamSwapper> swapper_;
+  // The CPU-kept shards' storage (KeepCpuShards); released by ShareCpuFlat.
+  std::unique_ptr<PinnedPool> cpu_pool_;
+  PinnedBuffer cpu_storage_;
   std::mutex mu_;  // one thread drives the store; the lock makes a stray second one safe
   std::vector<Slot> slots_;
   std::deque<DoneEntry> done_;      // kDone shards, oldest first (entries may be stale)
   std::vector<size_t> prefetched_;  // kPrefetched shards, oldest first
   std::deque<size_t> writing_;      // kWriting shards, oldest first
+  std::vector<size_t> filling_;     // kFilling shards, oldest first
   std::vector<Event> free_events_;  // recycled: Done does not create one per gather
 };
 

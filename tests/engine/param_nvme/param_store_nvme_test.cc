@@ -133,6 +133,30 @@ TEST(NvmeParamStoreTest, PartialWriteKeepsTheNeighbours) {
   f.ExpectShards(want);
 }
 
+// Note [Filling a shard]: the optimizer's write-back comes a swap chunk at a time. A shard written
+// in pieces (out of order, one of them twice) is written to NVMe once, when they cover it, and
+// its old bytes are never read for that.
+TEST(NvmeParamStoreTest, AShardWrittenInPiecesIsWrittenOnceWhenCovered) {
+  Fixture f(DType::kBFloat16);
+  ASSERT_NE(f.store, nullptr);
+  std::vector<uint8_t> want = testing::RandomBytes(f.bytes(), testing::TestSeed());
+  ASSERT_THAT(f.store->Write(0, want.data(), f.layout.partition_numel(), f.stream), IsOk());
+  ASSERT_THAT(f.store->Drain(), IsOk());
+  const uint64_t read0 = f.store->nvme_read_bytes(), written0 = f.store->nvme_write_bytes();
+  const std::vector<uint8_t> b = testing::RandomBytes(3000 * f.cb(), 21);
+  const size_t at = f.layout.slices()[0].flat_offset;
+  for (const auto& [lo, hi] :
+       std::vector<std::pair<size_t, size_t>>{{0, 1000}, {2000, 3000}, {500, 1500}, {1000, 2000}}) {
+    EXPECT_EQ(f.store->nvme_write_bytes(), written0) << "before [" << lo << ", " << hi << ")";
+    ASSERT_THAT(f.store->Write(at + lo, b.data() + lo * f.cb(), hi - lo, f.stream), IsOk());
+  }
+  ASSERT_THAT(f.store->Drain(), IsOk());
+  EXPECT_EQ(f.store->nvme_write_bytes(), written0 + 3000 * f.cb());
+  EXPECT_EQ(f.store->nvme_read_bytes(), read0);
+  std::memcpy(want.data() + at * f.cb(), b.data(), b.size());
+  f.ExpectShards(want);
+}
+
 TEST(NvmeParamStoreTest, PartialWriteOfAnUnwrittenShardZeroFillsTheRest) {
   Fixture f(DType::kFloat32);
   ASSERT_NE(f.store, nullptr);
@@ -267,7 +291,8 @@ TEST(NvmeParamStoreTest, SharedCpuShardsAreRangesOfTheFlatArray) {
   std::vector<uint8_t> flat(f.bytes(), 0xAB);
   const uint64_t cpu_before = f.store->cpu_bytes();
   ASSERT_THAT(f.store->ShareCpuFlat(flat.data()), IsOk());
-  EXPECT_EQ(cpu_before - f.store->cpu_bytes(), 4050u * 4u);  // the array's owner counts them
+  // The array's owner counts them: the store's own storage (4 KiB-rounded) is freed.
+  EXPECT_GE(cpu_before - f.store->cpu_bytes(), 4050u * 4u);
   // Whether shard i's range of the array holds `want`'s bytes there.
   auto in_flat = [&](size_t i, const std::vector<uint8_t>& want) {
     const ShardSlice& s = f.layout.slices()[i];
