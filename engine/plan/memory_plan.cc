@@ -223,14 +223,29 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         // each.
         const uint64_t max_in_cpu =
             static_cast<uint64_t>(std::max<int64_t>(z.offload_param.max_in_cpu, 0));
-        uint64_t in_cpu = 0, swap = 0;
+        uint64_t in_cpu = 0, swap = 0, largest_swapped = 0;
         for (const ShardSlice& s : layout.slices()) {
           if (s.shard_numel == 0) continue;
           if (in_cpu + s.shard_numel <= max_in_cpu) {
             in_cpu += s.shard_numel;
           } else {
+            largest_swapped = std::max<uint64_t>(largest_swapped, s.shard_numel);
             swap += RoundUp(s.shard_numel * cb, kSwapAlign);
           }
+        }
+        // swap/param_swapper.cc refuses a shard its buffers cannot hold together.
+        const uint64_t count =
+            static_cast<uint64_t>(std::max<int64_t>(z.offload_param.buffer_count, 1));
+        const uint64_t hold =
+            count * static_cast<uint64_t>(std::max<int64_t>(z.offload_param.buffer_size, 0));
+        if (largest_swapped > hold) {
+          return InvalidArgumentError(
+              "zero_optimization.offload_param: a parameter shard of " +
+              std::to_string(largest_swapped) +
+              " elements is more than all swap buffers hold (buffer_count x buffer_size = " +
+              std::to_string(hold) + "); set offload_param.buffer_size to at least " +
+              std::to_string((largest_swapped + count - 1) / count) +
+              ", or to \"auto\" (the planner chooses)");
         }
         // The ones kept in CPU live in the updated parameter staging (Note [Shared CPU shards]
         // in param_store_nvme.cc): no bytes of their own.

@@ -22,10 +22,16 @@ namespace strata::infer {
 // What a KV cache and the inference activations cost on the device tier, planned before any of it
 // is allocated.
 struct KvCachePlan {
-  int64_t max_batch = 0;         // sequences
-  int64_t max_len = 0;           // positions per sequence (prompt + new tokens)
-  uint64_t cache_bytes = 0;      // K and V of every layer: 2 * layers * batch * len * kv_dim * 4
-  uint64_t workspace_bytes = 0;  // activations of one forward of batch * max_len tokens, logits
+  int64_t max_batch = 0;  // sequences
+  int64_t max_len = 0;    // positions per sequence (prompt + new tokens)
+  // Positions kept per sequence: max_len, or fewer in a rolling cache (a sliding window: the
+  // window and one prefill chunk).
+  int64_t cache_rows = 0;
+  // The most tokens per sequence in one forward: max_len, or a sliding window's length (a longer
+  // prompt runs in chunks, each a forward pass).
+  int64_t prefill_chunk = 0;
+  uint64_t cache_bytes = 0;      // K and V of every layer: 2 * layers * batch * rows * kv_dim * 4
+  uint64_t workspace_bytes = 0;  // activations of one forward of batch * chunk tokens, logits
   uint64_t total_bytes() const { return cache_bytes + workspace_bytes; }
 };
 

@@ -26,11 +26,13 @@ struct LlamaDecoder::Buffers {
 namespace {
 
 constexpr uint64_t kF = sizeof(float);
+constexpr uint64_t kAllocBytes = 256;  // Device::Allocate's alignment
 
+// `chunk`: tokens per sequence in one forward; `rows`: cache rows per sequence.
 struct Sizes {
   uint64_t n, h, qd, kv, i, v, layers, batch, len;
-  Sizes(const LlamaConfig& c, int64_t batch_, int64_t len_)
-      : n(static_cast<uint64_t>(batch_ * len_)),
+  Sizes(const LlamaConfig& c, int64_t batch_, int64_t chunk, int64_t rows)
+      : n(static_cast<uint64_t>(batch_ * chunk)),
         h(static_cast<uint64_t>(c.hidden_size)),
         qd(static_cast<uint64_t>(c.num_attention_heads * c.head_dim())),
         kv(static_cast<uint64_t>(c.num_key_value_heads * c.head_dim())),
@@ -38,7 +40,7 @@ struct Sizes {
         v(static_cast<uint64_t>(c.vocab_size)),
         layers(static_cast<uint64_t>(c.num_hidden_layers)),
         batch(static_cast<uint64_t>(batch_)),
-        len(static_cast<uint64_t>(len_)) {}
+        len(static_cast<uint64_t>(rows)) {}
   uint64_t cache_one() const { return layers * batch * len * kv * kF; }  // K or V
 };
 
@@ -68,21 +70,38 @@ Status AddF32(const Stream& s, const Tensor& a, const Tensor& b, const Tensor& d
 }  // namespace
 
 infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& c, int64_t max_batch, int64_t max_len) {
-  const Sizes z(c, max_batch, max_len);
   infer::KvCachePlan p;
   p.max_batch = max_batch;
   p.max_len = max_len;
-  p.cache_bytes = 2 * z.cache_one();
+  p.prefill_chunk = max_len;
+  p.cache_rows = max_len;
+  if (c.sliding_window > 0 && max_len > c.sliding_window) {  // Note [Rolling cache]
+    p.prefill_chunk = c.sliding_window;
+    p.cache_rows = std::min(max_len, 2 * c.sliding_window - 1);
+  }
+  const Sizes z(c, max_batch, p.prefill_chunk, p.cache_rows);
+  // Each buffer as the device allocates it: Device::Allocate rounds to 256 bytes (cudaMalloc's
+  // granularity; the host arena's too), which the device's peak counts.
+  const auto a = [](uint64_t bytes) {
+    return (bytes + kAllocBytes - 1) / kAllocBytes * kAllocBytes;
+  };
+  p.cache_bytes = 2 * a(z.cache_one());
   // ids, positions; hidden ping-pong; norm1, q, attention, h1, norm2; k, v; gate, up, act;
   // the last rows, their norm and logits; every RmsNorm's statistics (n floats each).
-  p.workspace_bytes = 2 * z.n * 4 + 2 * z.n * z.h * kF + 3 * z.n * z.h * kF + 2 * z.n * z.qd * kF +
-                      2 * z.n * z.kv * kF + 3 * z.n * z.i * kF + 2 * z.batch * z.h * kF +
-                      z.batch * z.v * kF + (2 * z.layers + 1) * z.n * kF;
-  if (c.qk_norm) {  // Qwen3: q and k before their norms; the norms' statistics (a row per head)
-    const uint64_t heads = static_cast<uint64_t>(c.num_attention_heads + c.num_key_value_heads);
-    p.workspace_bytes += z.n * (z.qd + z.kv) * kF + z.layers * z.n * heads * kF;
+  p.workspace_bytes = 2 * a(z.n * 4) + 2 * a(z.n * z.h * kF) + 3 * a(z.n * z.h * kF) +
+                      2 * a(z.n * z.qd * kF) + 2 * a(z.n * z.kv * kF) + 3 * a(z.n * z.i * kF) +
+                      2 * a(z.batch * z.h * kF) + a(z.batch * z.v * kF) +
+                      (2 * z.layers + 1) * a(z.n * kF);
+  if (c.qkv_bias) {  // Qwen2: each biased projection keeps a column of n ones (nn::Linear)
+    p.workspace_bytes += 3 * z.layers * a(z.n * kF);
   }
-  if (DynamicTables(c, max_len)) p.workspace_bytes += 2 * DynamicTableBytes(c, max_len);
+  if (c.qk_norm) {  // Qwen3: q and k before their norms; the norms' statistics (a row per head)
+    const uint64_t hq = static_cast<uint64_t>(c.num_attention_heads);
+    const uint64_t hkv = static_cast<uint64_t>(c.num_key_value_heads);
+    p.workspace_bytes +=
+        a(z.n * z.qd * kF) + a(z.n * z.kv * kF) + z.layers * (a(z.n * hq * kF) + a(z.n * hkv * kF));
+  }
+  if (DynamicTables(c, max_len)) p.workspace_bytes += 2 * a(DynamicTableBytes(c, max_len));
   return p;
 }
 
@@ -101,13 +120,6 @@ Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* mod
   }
   STRATA_RETURN_IF_ERROR(CheckSequenceLength(
       c, max_len, "LlamaDecoder: max_len " + std::to_string(max_len) + " (prompt + new tokens)"));
-  if (c.sliding_window > 0 && max_len > c.sliding_window) {
-    // The cached attention reads every cached key; a window would need its own mask there.
-    return UnimplementedError("LlamaDecoder: max_len " + std::to_string(max_len) +
-                              " (prompt + new tokens) exceeds the model's sliding_window " +
-                              std::to_string(c.sliding_window) +
-                              "; generation past the window is not implemented");
-  }
   std::unique_ptr<LlamaDecoder> d(new LlamaDecoder(model, PlanLlamaKvCache(c, max_batch, max_len)));
   STRATA_RETURN_IF_ERROR(d->Allocate());
   return d;
@@ -116,7 +128,7 @@ Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* mod
 Status LlamaDecoder::Allocate() {
   if (buf_ != nullptr) return Status::Ok();
   const LlamaConfig& c = model_->config();
-  const Sizes z(c, plan_.max_batch, plan_.max_len);
+  const Sizes z(c, plan_.max_batch, plan_.prefill_chunk, plan_.cache_rows);
   Device* d = model_->device();
   auto b = std::make_unique<Buffers>();
   STRATA_RETURN_IF_ERROR(Alloc(d, &b->k_cache, z.cache_one(), "KV cache (keys)"));
@@ -194,20 +206,43 @@ Status LlamaDecoder::Prefill(const nn::RunContext& ctx,
     seq = std::max(seq, len);
   }
   STRATA_RETURN_IF_ERROR(Allocate());
-  STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());  // the staging vectors are free
-  host_ids_.assign(static_cast<size_t>(batch * seq), 0);
-  host_pos_.resize(host_ids_.size());
-  std::vector<int64_t> last(static_cast<size_t>(batch));
   lengths_.assign(static_cast<size_t>(batch), 0);
   for (int64_t b = 0; b < batch; ++b) {
-    const auto& p = prompts[static_cast<size_t>(b)];
-    std::copy(p.begin(), p.end(), host_ids_.begin() + b * seq);
-    for (int64_t t = 0; t < seq; ++t)
-      host_pos_[static_cast<size_t>(b * seq + t)] = static_cast<int32_t>(t);
-    lengths_[static_cast<size_t>(b)] = static_cast<int64_t>(p.size());
-    last[static_cast<size_t>(b)] = b * seq + static_cast<int64_t>(p.size()) - 1;
+    lengths_[static_cast<size_t>(b)] = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size());
   }
-  return Run(ctx, batch, seq, last, logits);
+  // Positions [c0, c0 + chunk) of every sequence per forward (one chunk unless a sliding window
+  // made the cache rolling, Note [Rolling cache]); a sequence's logits come from the chunk that
+  // holds its last prompt token.
+  std::vector<float> chunk_logits;
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  logits->assign(static_cast<size_t>(batch) * vocab, 0.0f);
+  for (int64_t c0 = 0; c0 < seq; c0 += plan_.prefill_chunk) {
+    const int64_t chunk = std::min(plan_.prefill_chunk, seq - c0);
+    STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());  // the staging vectors are free
+    host_ids_.assign(static_cast<size_t>(batch * chunk), 0);
+    host_pos_.resize(host_ids_.size());
+    host_write_.resize(static_cast<size_t>(batch));
+    std::vector<int64_t> last(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto& p = prompts[static_cast<size_t>(b)];
+      const int64_t len = static_cast<int64_t>(p.size());
+      const int64_t real = std::clamp<int64_t>(len - c0, 0, chunk);  // the rest is padding
+      if (real > 0) std::copy_n(p.begin() + c0, real, host_ids_.begin() + b * chunk);
+      for (int64_t t = 0; t < chunk; ++t)
+        host_pos_[static_cast<size_t>(b * chunk + t)] = static_cast<int32_t>(c0 + t);
+      host_write_[static_cast<size_t>(b)] = real;
+      last[static_cast<size_t>(b)] = b * chunk + std::max<int64_t>(real - 1, 0);
+    }
+    STRATA_RETURN_IF_ERROR(Run(ctx, batch, chunk, last, &chunk_logits));
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t end = lengths_[static_cast<size_t>(b)];
+      if (end > c0 && end <= c0 + chunk) {
+        const size_t at = static_cast<size_t>(b) * vocab;
+        std::copy_n(chunk_logits.data() + at, vocab, logits->data() + at);
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status LlamaDecoder::Decode(const nn::RunContext& ctx, std::span<const int32_t> tokens,
@@ -229,6 +264,7 @@ Status LlamaDecoder::Decode(const nn::RunContext& ctx, std::span<const int32_t> 
   STRATA_RETURN_IF_ERROR(ctx.stream.Synchronize());
   host_ids_.assign(tokens.begin(), tokens.end());
   host_pos_.resize(static_cast<size_t>(batch));
+  host_write_.assign(static_cast<size_t>(batch), 1);
   std::vector<int64_t> last(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     host_pos_[static_cast<size_t>(b)] = static_cast<int32_t>(lengths_[static_cast<size_t>(b)]);
@@ -292,7 +328,7 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
   Buffers& B = *buf_;
   const Stream& s = ctx.stream;
   const int64_t n = batch * seq, h = c.hidden_size, d = c.head_dim(), i = c.intermediate_size;
-  const int64_t kvd = c.num_key_value_heads * d, len = plan_.max_len;
+  const int64_t kvd = c.num_key_value_heads * d, len = plan_.cache_rows;
   const size_t n4 = static_cast<size_t>(n) * 4;
   STRATA_RETURN_IF_ERROR(s.CopyAsync(B.ids.data(), host_ids_.data(), n4, CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(s.CopyAsync(B.pos.data(), host_pos_.data(), n4, CopyKind::kHostToDevice));
@@ -329,20 +365,29 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
                                       pos, rope_rows, false));
       STRATA_RETURN_IF_ERROR(nn::Rope(s, k.f32(), n, c.num_key_value_heads, d, rope_cos, rope_sin,
                                       pos, rope_rows, false));
-      // The new rows into the cache: sequence b's seq rows go to its positions (contiguous).
+      // The new rows into the cache: sequence b's first host_write_[b] rows (the rest is
+      // padding, never written) go to its positions p0.., row p % len (a rolling cache wraps:
+      // at most two contiguous pieces).
       const int64_t layer_off = l * plan_.max_batch * len * kvd;
       for (int64_t b = 0; b < batch; ++b) {
         const int64_t p0 = host_pos_[static_cast<size_t>(b * seq)];
-        const int64_t dst = layer_off + (b * len + p0) * kvd;
-        const size_t bytes = static_cast<size_t>(seq * kvd) * kF;
-        STRATA_RETURN_IF_ERROR(s.CopyAsync(B.k_cache.f32() + dst, k.f32() + b * seq * kvd, bytes,
-                                           CopyKind::kDeviceToDevice));
-        STRATA_RETURN_IF_ERROR(s.CopyAsync(B.v_cache.f32() + dst, v.f32() + b * seq * kvd, bytes,
-                                           CopyKind::kDeviceToDevice));
+        const int64_t count = host_write_[static_cast<size_t>(b)];
+        for (int64_t done = 0; done < count;) {
+          const int64_t row = (p0 + done) % len, piece = std::min(count - done, len - row);
+          const int64_t dst = layer_off + (b * len + row) * kvd, src = (b * seq + done) * kvd;
+          const size_t bytes = static_cast<size_t>(piece * kvd) * kF;
+          STRATA_RETURN_IF_ERROR(
+              s.CopyAsync(B.k_cache.f32() + dst, k.f32() + src, bytes, CopyKind::kDeviceToDevice));
+          STRATA_RETURN_IF_ERROR(
+              s.CopyAsync(B.v_cache.f32() + dst, v.f32() + src, bytes, CopyKind::kDeviceToDevice));
+          done += piece;
+        }
       }
       nn::CachedAttentionArgs ca;
       ca.batch = batch, ca.q_len = seq, ca.cache_len = len;
       ca.heads = c.num_attention_heads, ca.kv_heads = c.num_key_value_heads, ca.head_dim = d;
+      // Mistral (Note [Rolling cache]); a window of at least the cache's rows masks nothing.
+      ca.window = c.sliding_window > 0 && c.sliding_window < len ? c.sliding_window : 0;
       ca.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
       ca.q = q.f32();
       // Sequence b's cache starts at row b * len of this layer's [max_batch, len] block.

@@ -4,11 +4,20 @@
 // tier as in training; only attention differs: the new tokens' keys and values go into the cache
 // and the queries attend to it (nn::CachedAttention). The training forward is untouched.
 //
-// The cache is fixed per sequence: [layers][K, V][max_batch, max_len, kv_heads, head_dim] fp32,
-// planned by PlanLlamaKvCache before anything is allocated. Prompts of different lengths are
-// right-padded to the longest; a padded row's key/value lands in a cache slot beyond its
-// sequence's length, which no query reads (queries at position p read rows 0..p) and the
-// sequence's next token overwrites.
+// The cache is fixed per sequence: [layers][K, V][max_batch, rows, kv_heads, head_dim] fp32,
+// planned by PlanLlamaKvCache before anything is allocated (rows = max_len but for a sliding
+// window, below). Prompts of different lengths are right-padded to the longest; a padded row's
+// key/value is not written to the cache, and its output is discarded.
+//
+// Note [Rolling cache]
+// Mistral's sliding_window W: a query at position p attends to positions j with p - W < j <= p,
+// the mask the training forward builds (LlamaForCausalLM::Forward narrows
+// AttentionArgs::row_start to i - W + 1) and transformers' (i - j < W). When max_len exceeds W the
+// cache is rolling (nn::CachedAttentionArgs::window): position j lives in row j % rows, and rows
+// = min(max_len, 2W - 1): a decode step needs the W - 1 positions before it, and a prefill runs
+// in chunks of at most W tokens per sequence (each a forward pass; ZeRO-Inference reads the
+// weights once per chunk), whose first token needs the W - 1 positions before the chunk and the
+// chunk's own W. The workspace is planned for one chunk. Both count in the plan.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +39,7 @@ class LlamaDecoder final : public infer::CachedLm {
   // `model` must outlive the decoder, its parameters placed (by the model or an engine).
   // InvalidArgument naming max_len when it exceeds max_position_embeddings (but for
   // rope_scaling "dynamic", whose frequencies follow the length as transformers' do under a KV
-  // cache: Note [Dynamic RoPE with a cache]), or a non-positive size; Unimplemented when max_len
-  // exceeds a Mistral sliding_window (the cached attention has no window); OutOfMemory (device)
+  // cache: Note [Dynamic RoPE with a cache]), or a non-positive size; OutOfMemory (device)
   // naming the buffer when the plan does not fit.
   static Result<std::unique_ptr<LlamaDecoder>> Create(LlamaForCausalLM* model, int64_t max_batch,
                                                       int64_t max_len);
@@ -51,8 +59,9 @@ class LlamaDecoder final : public infer::CachedLm {
   struct Buffers;
   LlamaDecoder(LlamaForCausalLM* model, const infer::KvCachePlan& plan);
   Status Allocate();
-  // Runs `batch` x `seq` tokens (ids and positions staged in host_ids_/host_pos_) through the
-  // model; `last[b]` is the row of sequence b whose logits are wanted.
+  // Runs `batch` x `seq` tokens (ids and positions staged in host_ids_/host_pos_; the first
+  // host_write_[b] of sequence b are real, the rest padding) through the model; `last[b]` is the
+  // row of sequence b whose logits are wanted.
   Status Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
              const std::vector<int64_t>& last, std::vector<float>* logits);
   // Dynamic RoPE past max_position_embeddings (Note [Dynamic RoPE with a cache] in the .cc):
@@ -65,6 +74,7 @@ class LlamaDecoder final : public infer::CachedLm {
   std::unique_ptr<Buffers> buf_;
   std::vector<int64_t> lengths_;
   std::vector<int32_t> host_ids_, host_pos_;
+  std::vector<int64_t> host_write_;
 };
 
 }  // namespace strata::llama

@@ -96,8 +96,8 @@ int LaunchCrossEntropyBackward(float* logits, const int32_t* labels, int64_t bat
 // cached_attention's math (nn/ops/ops.h); cache_len + 32 floats of shared memory per block
 // (cudaErrorInvalidConfiguration above 48 KiB: caches past ~12k positions).
 int LaunchCachedAttention(int64_t batch, int64_t q_len, int64_t cache_len, int64_t heads,
-                          int64_t kv_heads, int64_t head_dim, float scale, const float* q,
-                          const float* k_cache, const float* v_cache, const int32_t* pos,
-                          float* out, void* stream);
+                          int64_t kv_heads, int64_t head_dim, int64_t window, float scale,
+                          const float* q, const float* k_cache, const float* v_cache,
+                          const int32_t* pos, float* out, void* stream);
 
 }  // namespace strata::nn::internal::cuda

@@ -101,11 +101,14 @@ Status XentBwd(const Stream& stream, const CrossEntropyArgs& a) {
 
 Status CachedAttn(const Stream& stream, const CachedAttentionArgs& a) {
   STRATA_ASSIGN_OR_RETURN(OpStream s, Resolve(stream, "cached_attention"));
-  STRATA_RETURN_IF_ERROR(CudaErr(
-      cuda::LaunchCachedAttention(a.batch, a.q_len, a.cache_len, a.heads, a.kv_heads, a.head_dim,
-                                  a.scale, a.q, a.k_cache, a.v_cache, a.pos, a.out, s.raw()),
-      s.op, "launch"));
-  return cuda::EnqueueIndexCheck(s, a.pos, a.batch * a.q_len, a.cache_len, IndexKind::kPosition);
+  STRATA_RETURN_IF_ERROR(
+      CudaErr(cuda::LaunchCachedAttention(a.batch, a.q_len, a.cache_len, a.heads, a.kv_heads,
+                                          a.head_dim, a.window, a.scale, a.q, a.k_cache, a.v_cache,
+                                          a.pos, a.out, s.raw()),
+              s.op, "launch"));
+  // A rolling cache (window > 0) takes any position >= 0 (row = position % cache_len).
+  const int64_t limit = a.window > 0 ? int64_t{1} << 31 : a.cache_len;
+  return cuda::EnqueueIndexCheck(s, a.pos, a.batch * a.q_len, limit, IndexKind::kPosition);
 }
 
 const OpTable kCudaTable = {

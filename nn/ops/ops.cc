@@ -190,6 +190,10 @@ Status CachedAttention(const Stream& stream, const CachedAttentionArgs& a) {
     return Bad(op, "heads (" + std::to_string(a.heads) + ") must be a multiple of kv_heads (" +
                        std::to_string(a.kv_heads) + ")");
   }
+  if (a.window < 0 || a.window > a.cache_len) {
+    return Bad(op, "window (" + std::to_string(a.window) + ") must be in [0, cache_len = " +
+                       std::to_string(a.cache_len) + "] (0: no window)");
+  }
   STRATA_RETURN_IF_ERROR(NonNull(op, {{a.q, "q"},
                                       {a.k_cache, "k_cache"},
                                       {a.v_cache, "v_cache"},

@@ -119,8 +119,17 @@ Status AttentionBackward(const Stream& stream, const AttentionArgs& args);
 // q, out [batch, q_len, heads, head_dim]; k_cache, v_cache [batch, cache_len, kv_heads, head_dim]
 // with rows 0..p written before the call; pos int32 [batch * q_len] in [0, cache_len) (else the
 // stream fails, naming the position).
+//
+// window > 0 (Mistral's sliding window) narrows the mask to positions j with p - window < j <= p,
+// the mask of AttentionArgs::row_start in training (query i sees keys j with i - j < window), and
+// makes the cache rolling: position j lives in row j % cache_len, so positions may exceed
+// cache_len (pos >= 0; cache_len >= window, else InvalidArgument). Positions below cache_len are
+// in row j as without a window. The caller keeps the window's rows intact: with q_len new tokens
+// per sequence written before the call, cache_len >= window + q_len - 1 (a rolling cache holding
+// window - 1 positions before the first new one and the q_len new ones).
 struct CachedAttentionArgs {
   int64_t batch = 0, q_len = 0, cache_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // 0: no window (rows 0..p, pos < cache_len); > 0: rolling (see above)
   float scale = 1.0f;
   const float* q = nullptr;
   const float* k_cache = nullptr;

@@ -169,6 +169,23 @@ TEST_F(GenerateCliTest, EstimateInferenceCountsWeightsAndTheKvCachePerTier) {
   EXPECT_EQ(p[2]["nvme_read_bytes_per_forward"].get<int64_t>(), streamed_bytes);
 }
 
+TEST_F(GenerateCliTest, EstimateInferenceCountsMistralsRollingCache) {
+  // Mistral-7B-v0.1: 32 layers, 8 kv heads of 128, sliding_window 4096. Past the window the cache
+  // keeps 2 * 4096 - 1 positions (the window and one prefill chunk), within it max_len.
+  const auto rolling = testing::RunCommand(
+      Bin() + " estimate --inference --preset mistral-7b --max-len 10000 --batch 2 --json");
+  ASSERT_EQ(rolling.exit_code, 0) << rolling.err;
+  const auto j = nlohmann::json::parse(rolling.out);
+  EXPECT_EQ(j["kv_cache_rows"].get<int64_t>(), 8191);
+  EXPECT_EQ(j["kv_cache_bytes"].get<int64_t>(), int64_t{2} * 32 * 2 * 8191 * 8 * 128 * 4);
+  const auto within = testing::RunCommand(
+      Bin() + " estimate --inference --preset mistral-7b --max-len 3000 --batch 2 --json");
+  ASSERT_EQ(within.exit_code, 0) << within.err;
+  const auto w = nlohmann::json::parse(within.out);
+  EXPECT_EQ(w["kv_cache_rows"].get<int64_t>(), 3000);
+  EXPECT_EQ(w["kv_cache_bytes"].get<int64_t>(), int64_t{2} * 32 * 2 * 3000 * 8 * 128 * 4);
+}
+
 TEST_F(GenerateCliTest, BadInputIsRefusedWithAdvice) {
   auto gen = [](const std::string& args) {
     return testing::RunCommand(Bin() + " generate " + args);

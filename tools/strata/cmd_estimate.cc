@@ -433,7 +433,7 @@ int RunEstimate(const std::vector<std::string>& args) {
   std::vector<std::string> names;
   Result<ModelShape> shape = ReadShape(o, &hidden, &seq_len, &names);
   if (!shape.ok()) return Fail(2, shape.status().message());
-  const Machine m = ProbeMachine(o, flags);
+  Machine m = ProbeMachine(o, flags);
   const std::string nvme_path = o.nvme_path.empty() ? "/local_nvme" : o.nvme_path;
 
   RunContext run;
@@ -466,6 +466,10 @@ int RunEstimate(const std::vector<std::string>& args) {
     o.micro_batch = config->batch.micro_batch_per_gpu;  // the activations of the config's batch
     shape = ReadShape(o, &hidden, &seq_len, &names);
     if (!shape.ok()) return Fail(2, shape.status().message());
+    if (!flags.WasSet("gpu-mem")) {  // the emulated device the config asks for, as train makes
+      m.gpu = config->strata.device_memory_bytes;
+      m.gpu_from = "strata.device_memory of --config (the host-emulated device); no GPU assumed";
+    }
     if (Status s = add(static_cast<int>(z.stage), std::string(OffloadDeviceName(d)), *config, "",
                        z.auto_sizes);
         !s.ok()) {

@@ -198,6 +198,50 @@ TEST(EstimateBudgetTest, EmittedConfigCarriesTheChosenSizes) {
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
 }
 
+// offload_param's swap buffers together must hold the largest shard it swaps (the engine's
+// ParamSwapper refuses otherwise): estimate says so from the plan, naming the key and the size
+// that works, and both pieces of advice (that size, "auto") then plan and fit. The shard here is
+// the 1b preset's embedding, 32000 x 2048 = 65,536,000 elements, over 4 buffers: 16,384,000.
+TEST(EstimateBudgetTest, ParamSwapBuffersMustHoldTheLargestShard) {
+  testing::ScratchDir dir;
+  auto config = [&](const nlohmann::json& buffer_size) {
+    const std::string cfg =
+        dir.File("c" + (buffer_size.is_string() ? "auto" : buffer_size.dump()) + ".json");
+    nlohmann::json c = {
+        {"train_micro_batch_size_per_gpu", 1},
+        {"bf16", {{"enabled", true}}},
+        {"zero_optimization",
+         {{"stage", 3},
+          {"offload_param",
+           {{"device", "nvme"},
+            {"nvme_path", dir.File("swap")},
+            {"buffer_count", 4},
+            {"buffer_size", buffer_size}}},
+          {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", dir.File("swap")}}}}}};
+    std::ofstream(cfg) << c.dump();
+    return cfg;
+  };
+  const std::string machine = "--preset 1b --gpu-mem 8G --cpu-mem 16G --nvme 1T --seq-len 64";
+  const testing::CommandResult low =
+      RunCommand(Strata("estimate " + machine + " --config " + config(1000000)));
+  ASSERT_NE(low.exit_code, 0) << low.out;
+  EXPECT_THAT(low.err, HasSubstr("offload_param"));
+  EXPECT_THAT(low.err, HasSubstr("65536000 elements"));
+  EXPECT_THAT(low.err, HasSubstr("= 4000000"));
+  const size_t at = low.err.find("at least ");
+  ASSERT_NE(at, std::string::npos) << low.err;
+  const int64_t advised = std::stoll(low.err.substr(at + 9));
+  EXPECT_EQ(advised, 65536000 / 4);
+  for (const nlohmann::json& size : {nlohmann::json(advised), nlohmann::json("auto")}) {
+    const nlohmann::json j = Estimate(machine + " --config " + config(size));
+    ASSERT_EQ(j["placements"].size(), 1u) << size;
+    EXPECT_TRUE(j["placements"][0]["fits"].get<bool>()) << size << j.dump();
+  }
+  const testing::CommandResult one_less =
+      RunCommand(Strata("estimate " + machine + " --config " + config(advised - 1)));
+  EXPECT_NE(one_less.exit_code, 0) << one_less.out;
+}
+
 // `strata train` under strata.cpu_memory: below the minimum pipeline it stops before training
 // with the table, naming the key and the minimum; at that minimum it trains, the pinned peak
 // within the budget less the planned pageable bytes.

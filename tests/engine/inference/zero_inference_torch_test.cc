@@ -3,13 +3,16 @@
 // against the float64 PyTorch reference without a KV cache (the logits of the prompts' last
 // tokens and of every decode step, fed the reference's tokens; greedy continuations token for
 // token). Also: the device holds only a few modules' weights at once (the coordinator's live
-// bound), every forward reads the weights from NVMe, and the coordinator's prefetch hits.
+// bound), every forward reads the weights from NVMe, and the coordinator's prefetch hits. Two
+// more families on NVMe: Mistral with a sliding_window (3) shorter than the prompt and the
+// generation, and Qwen3 (q_norm / k_norm, head_dim 24 != 64 / 4, tied embeddings).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -35,8 +38,15 @@ using ::strata::testing::IsOk;
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr int64_t kSteps = 5;
 
-llama::LlamaConfig TestConfig() {
+llama::LlamaConfig TestConfig(llama::LlamaFamily family) {
   llama::LlamaConfig c;
+  c.family = family;
+  if (family == llama::LlamaFamily::kMistral) c.sliding_window = 3;
+  if (family == llama::LlamaFamily::kQwen3) {
+    c.qk_norm = true;
+    c.explicit_head_dim = 24;
+    c.tie_word_embeddings = true;
+  }
   c.vocab_size = 96;
   c.hidden_size = 64;
   c.intermediate_size = 160;
@@ -63,13 +73,16 @@ std::vector<double> ReadF64(const nn::SafetensorsFile& f, const std::string& nam
 struct Placement {
   const char* name;
   const char* offload;  // offload_param.device
+  llama::LlamaFamily family = llama::LlamaFamily::kLlama;
 };
+
+void PrintTo(const Placement& p, std::ostream* os) { *os << p.name; }
 
 class ZeroInferenceTorchTest : public ::testing::TestWithParam<Placement> {};
 
 TEST_P(ZeroInferenceTorchTest, LogitsAndGreedyTokensMatchTheUncachedReference) {
   strata::testing::ScratchDir dir;
-  const llama::LlamaConfig mc = TestConfig();
+  const llama::LlamaConfig mc = TestConfig(GetParam().family);
   // The weights: a randomly initialised model saved as a Hugging Face directory.
   std::string model_dir = dir.File("model");
   {
@@ -192,8 +205,12 @@ TEST_P(ZeroInferenceTorchTest, LogitsAndGreedyTokensMatchTheUncachedReference) {
   EXPECT_LT(s.peak_live_bytes, s.weight_bytes / 2);
   EXPECT_GT(s.prefetch_hits, 0u) << "the coordinator gathers ahead from the second forward on";
   if (std::string(GetParam().offload) == "nvme") {
-    // Every forward reads the streamed weights (all but the 9 persistent norms) from NVMe.
-    const uint64_t norms = (2 * 4 + 1) * 64 * 4;
+    // Every forward reads the streamed weights (all but the persistent ones: the norms) from NVMe.
+    uint64_t norms = 0;
+    for (const nn::Parameter* p : (*model)->NamedParameters()) {
+      if (p->numel() <= 100) norms += static_cast<uint64_t>(p->numel()) * 4;
+    }
+    EXPECT_EQ(norms, (2 * 4 + 1) * 64 * 4 + (mc.qk_norm ? 2 * 4 * 24 * 4 : 0));
     EXPECT_GE(read_after_prefill, s.weight_bytes - norms);
     EXPECT_GE(s.nvme_read_bytes, (1 + kSteps + 1 + kSteps) * (s.weight_bytes - norms));
   } else {
@@ -204,10 +221,13 @@ TEST_P(ZeroInferenceTorchTest, LogitsAndGreedyTokensMatchTheUncachedReference) {
   EXPECT_THAT((*device)->DestroyStream(*stream), IsOk());
 }
 
-INSTANTIATE_TEST_SUITE_P(Placements, ZeroInferenceTorchTest,
-                         ::testing::Values(Placement{"device", "none"}, Placement{"cpu", "cpu"},
-                                           Placement{"nvme", "nvme"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Placements, ZeroInferenceTorchTest,
+    ::testing::Values(Placement{"device", "none"}, Placement{"cpu", "cpu"},
+                      Placement{"nvme", "nvme"},
+                      Placement{"nvme_mistral", "nvme", llama::LlamaFamily::kMistral},
+                      Placement{"nvme_qwen3", "nvme", llama::LlamaFamily::kQwen3}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace strata

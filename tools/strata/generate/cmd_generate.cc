@@ -142,7 +142,7 @@ int Run(const Options& o) {
                weights->source.c_str(), static_cast<double>(mc.NumParameters()) / 1e6,
                pl.where.c_str(), text->source().c_str(),
                static_cast<long long>(mc.num_hidden_layers), prompts.size(),
-               static_cast<long long>(max_len), Mib(plan.cache_bytes).c_str(),
+               static_cast<long long>(plan.cache_rows), Mib(plan.cache_bytes).c_str(),
                Mib(plan.workspace_bytes).c_str());
   auto dec = llama::LlamaDecoder::Create(pl.model.get(), plan.max_batch, plan.max_len);
   if (!dec.ok()) return Fail(1, dec.status().message());
@@ -174,6 +174,7 @@ int Run(const Options& o) {
     j["kv_cache"] = {{"cache_bytes", plan.cache_bytes},
                      {"workspace_bytes", plan.workspace_bytes},
                      {"max_len", plan.max_len},
+                     {"cache_rows", plan.cache_rows},
                      {"sequences", plan.max_batch}};
     for (size_t b = 0; b < prompts.size(); ++b) {
       j["results"].push_back({{"prompt", shown[b]},

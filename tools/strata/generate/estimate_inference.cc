@@ -127,6 +127,7 @@ int RunInferenceEstimate(const std::vector<std::string>& raw) {
     j["workspace_bytes"] = kv_plan.workspace_bytes;
     j["batch"] = batch;
     j["max_len"] = max_len;
+    j["kv_cache_rows"] = kv_plan.cache_rows;  // < max_len: a sliding window's rolling cache
     j["gpu_mem"] = gpu_mem;
     for (const Row& r : rows) {
       j["placements"].push_back({{"offload_param", r.offload},
@@ -144,9 +145,11 @@ int RunInferenceEstimate(const std::vector<std::string>& raw) {
               (preset.empty() ? model : preset).c_str(), static_cast<double>(total) / 1e9,
               FormatBytes(total * cb).c_str(), static_cast<long long>(batch),
               static_cast<long long>(max_len));
-  std::printf("KV cache %s + workspace %s on the device (gpu %s)\n\n",
-              FormatBytes(kv_plan.cache_bytes).c_str(),
-              FormatBytes(kv_plan.workspace_bytes).c_str(), FormatBytes(gpu_mem).c_str());
+  std::printf(
+      "KV cache %s (%lld positions per sequence%s) + workspace %s on the device (gpu %s)\n\n",
+      FormatBytes(kv_plan.cache_bytes).c_str(), static_cast<long long>(kv_plan.cache_rows),
+      kv_plan.cache_rows < max_len ? ", rolling: sliding window" : "",
+      FormatBytes(kv_plan.workspace_bytes).c_str(), FormatBytes(gpu_mem).c_str());
   std::printf("%-8s %-11s %-11s %-11s %-5s per forward (h2d / nvme read)\n", "offload", "device",
               "pinned cpu", "nvme", "fits");
   for (const Row& r : rows) {
