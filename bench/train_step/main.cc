@@ -8,11 +8,13 @@
 //
 // `small` is the preset of that name (batch 4 by default); `1b` is TinyLlama-1.1B's shape with
 // --layers-1b decoder layers (batch 1 by default, so a step takes seconds, not minutes).
-// `llama3` is Llama 3.2 1B's real layer shape and vocabulary (hidden 2048, intermediate 8192,
-// 32 heads, 8 kv heads, vocab 128256, tied) and `qwen3` Qwen3-0.6B's (hidden 1024,
-// intermediate 3072, 16 heads, 8 kv heads, vocab 151936, tied) with --layers decoder layers
-// (batch 2 by default) — but Qwen3's attention at head_dim 64 (hidden / heads) and without its
-// q/k RMSNorm, which this branch's model lacks (the real head_dim is 128). All fp32. The LM head
+// `llama3` is the llama3.2-1b preset (Llama 3.2 1B's config.json: hidden 2048, intermediate
+// 8192, 32 heads, 8 kv heads, head_dim 64, vocab 128256, tied, rope_theta 5e5 with rope_scaling
+// llama3 factor 32 / low 1 / high 4 / original 8192, rms eps 1e-5) and `qwen3` the qwen3-0.6b
+// preset (Qwen3-0.6B's: hidden 1024, intermediate 3072, 16 heads, 8 kv heads, explicit head_dim
+// 128, q_norm / k_norm over each head before RoPE, vocab 151936, tied, rope_theta 1e6, rms eps
+// 1e-6), each with --layers decoder layers (batch 2 by default). The PyTorch side is given the
+// same config.json (LlamaConfigJson) and builds the same model from it. All fp32. The LM head
 // + loss of Strata runs in chunks (--lm-head-chunk, strata.lm_head_chunk's rule by default);
 // for each model the head's device bytes (one chunk of logits + lse) are printed against the
 // whole logits PyTorch makes (tokens x vocab floats) and both steps' measured peaks. Strata runs on
@@ -34,7 +36,9 @@
 #include <tbb/global_control.h>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/flags.h"
+#include "models/llama/llama_config.h"
 #include "models/llama/llama_model.h"
 #include "nn/modules/lm_head_loss.h"
 #include "nn/ops/op_registry.h"
@@ -90,6 +94,11 @@ class TorchProcess {
     std::fclose(in_);
     std::fclose(out_);
     waitpid(pid_, nullptr, 0);
+  }
+  int64_t Params() {
+    std::fputs("params\n", in_);
+    std::fflush(in_);
+    return std::atoll(ReadLine().c_str());
   }
   double Mem() {
     std::fputs("mem\n", in_);
@@ -166,18 +175,16 @@ ModelResult RunModel(const std::string& name, llama::LlamaConfig c, int64_t batc
     Check(stream.Synchronize(), "step");
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  const std::string cfg = nlohmann::json{
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.intermediate_size},
-      {"num_hidden_layers", c.num_hidden_layers},
-      {"num_attention_heads", c.num_attention_heads},
-      {"num_key_value_heads", c.num_key_value_heads},
-      {"rms_norm_eps", c.rms_norm_eps},
-      {"rope_theta", c.rope_theta},
-      {"tie_word_embeddings",
-       c.tie_word_embeddings}}.dump();
+  // The PyTorch model reads the same config.json fields Strata's would (LlamaConfigJson):
+  // head_dim, model_type (qwen3: q_norm / k_norm), rope_scaling, tie_word_embeddings.
+  const std::string cfg = llama::LlamaConfigJson(c).dump();
   TorchProcess torch(script, cfg, batch, seq, threads);
+  // A first check that both sides built the same model from the config (shapes, head_dim,
+  // q/k norms, tying): the same parameter count.
+  if (const int64_t p = torch.Params(); p != r.params) {
+    Die(name + ": torch_llama.py built " + std::to_string(p) + " parameters, Strata " +
+        std::to_string(r.params));
+  }
   strata_step(1);  // warm-up: buffers, page faults, BLAS pool
   torch.Run(1);
   r.strata_step_peak_bytes = device->MemoryStats().peak_bytes - held_bytes;
@@ -249,19 +256,13 @@ int main(int argc, char** argv) {
     int64_t b = batch;
     std::string name = m;
     if (m == "llama3" || m == "qwen3") {
+      // The real models' config.json fields (the presets the models use: head_dim, q/k norms,
+      // rope_scaling, tied head), with --layers decoder layers, in fp32.
       const bool q = m == "qwen3";
-      c.vocab_size = q ? 151936 : 128256;
-      c.hidden_size = q ? 1024 : 2048;
-      c.intermediate_size = q ? 3072 : 8192;
-      c.num_attention_heads = q ? 16 : 32;
-      c.num_key_value_heads = 8;
-      c.rms_norm_eps = q ? 1e-6 : 1e-5;
-      c.rope_theta = q ? 1e6 : 5e5;
-      c.max_position_embeddings = std::max<int64_t>(seq, 2048);
+      c = Check(llama::LlamaPreset(q ? "qwen3-0.6b" : "llama3.2-1b"), "preset");
       c.num_hidden_layers = layers;
-      c.tie_word_embeddings = true;
-      name = (q ? "qwen3-0.6b-shape x" : "llama3.2-1b-shape x") + std::to_string(layers) +
-             (q ? " (hd 64, no qk-norm)" : "");
+      c.torch_dtype = DType::kFloat32;
+      name = (q ? "qwen3-0.6b-shape x" : "llama3.2-1b-shape x") + std::to_string(layers);
       if (b == 0) b = 2;
     } else {
       c = Check(llama::LlamaPreset(m), "preset");

@@ -1,10 +1,18 @@
 #!/usr/bin/python3
-"""PyTorch eager reference for bench/train_step: the same Llama (transformers' math, written
-here with plain torch ops, fp32) run forward + backward on random tokens.
+"""PyTorch eager reference for bench/train_step: the same Llama-family model (transformers'
+modeling_llama / modeling_qwen2 / modeling_qwen3 math, written here with plain torch ops, fp32)
+run forward + backward on random tokens.
 
-Usage: torch_llama.py '<config json>' BATCH SEQ THREADS
+Usage: torch_llama.py '<config.json object>' BATCH SEQ THREADS
+
+The config is the model's Hugging Face config.json (what Strata's LlamaConfigJson writes), read
+as transformers reads it: head_dim (explicit, else hidden_size / num_attention_heads),
+num_key_value_heads (grouped-query attention), rope_theta and rope_scaling (default, linear,
+dynamic, llama3), tie_word_embeddings, and model_type "qwen2" (q/k/v biases) or "qwen3"
+(q_norm / k_norm: an RMSNorm over head_dim on each head of q and k, before RoPE).
 Then reads lines from stdin: "run N" runs N steps (forward, loss, backward) and prints the
-elapsed seconds; "mem" prints the process's peak RSS growth over the moment before the first
+elapsed seconds; "params" prints the model's parameter count (the
+tied head counted once); "mem" prints the process's peak RSS growth over the moment before the first
 step, in bytes (the step's peak: activations, the whole logits and what cross-entropy makes of
 them, gradients); "quit" exits. Prints "ready" once the model is built.
 """
@@ -34,16 +42,50 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def head_dim(c):
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
+def rope_inv_freq(c, hd, seq_len):
+    """transformers' modeling_rope_utils: inverse frequencies [hd / 2] for a sequence of
+    seq_len positions (dynamic only depends on it)."""
+    rope = c.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    base = c["rope_theta"]
+    if kind == "dynamic" and seq_len > c["max_position_embeddings"]:
+        f = rope["factor"]
+        base *= (f * seq_len / c["max_position_embeddings"] - (f - 1)) ** (hd / (hd - 2))
+    inv = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if kind == "linear":
+        inv = inv / rope["factor"]
+    elif kind == "llama3":
+        f, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        ctx = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (ctx / wavelen - lo) / (hi - lo)
+        inv = torch.where(wavelen < ctx / hi, inv,
+                          torch.where(wavelen > ctx / lo, inv / f,
+                                      (1 - smooth) * inv / f + smooth * inv))
+    elif kind not in ("default", "dynamic"):
+        raise ValueError(f"rope_type {kind}")
+    return inv.float()
+
+
 class Layer(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
         h, self.nh, self.kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-        self.hd = h // self.nh
+        self.hd = head_dim(c)
         i = c["intermediate_size"]
-        self.q_proj = torch.nn.Linear(h, self.nh * self.hd, bias=False)
-        self.k_proj = torch.nn.Linear(h, self.kv * self.hd, bias=False)
-        self.v_proj = torch.nn.Linear(h, self.kv * self.hd, bias=False)
+        bias = c.get("model_type") == "qwen2"  # Qwen2Attention: q, k, v with bias
+        self.q_proj = torch.nn.Linear(h, self.nh * self.hd, bias=bias)
+        self.k_proj = torch.nn.Linear(h, self.kv * self.hd, bias=bias)
+        self.v_proj = torch.nn.Linear(h, self.kv * self.hd, bias=bias)
         self.o_proj = torch.nn.Linear(self.nh * self.hd, h, bias=False)
+        self.qk_norm = c.get("model_type") == "qwen3"
+        if self.qk_norm:  # Qwen3Attention: RMSNorm over head_dim on every head of q and k
+            self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])
+            self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])
         self.gate_proj = torch.nn.Linear(h, i, bias=False)
         self.up_proj = torch.nn.Linear(h, i, bias=False)
         self.down_proj = torch.nn.Linear(i, h, bias=False)
@@ -53,8 +95,11 @@ class Layer(torch.nn.Module):
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
         n = self.input_layernorm(x)
-        q = self.q_proj(n).view(b, t, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(n).view(b, t, self.kv, self.hd).transpose(1, 2)
+        q = self.q_proj(n).view(b, t, self.nh, self.hd)
+        k = self.k_proj(n).view(b, t, self.kv, self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(n).view(b, t, self.kv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -85,8 +130,7 @@ class Llama(torch.nn.Module):
 
     def forward(self, ids, labels):
         b, t = ids.shape
-        hd = self.c["hidden_size"] // self.c["num_attention_heads"]
-        inv = 1.0 / (self.c["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+        inv = rope_inv_freq(self.c, head_dim(self.c), t)
         freqs = torch.outer(torch.arange(t).float(), inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
@@ -112,6 +156,9 @@ def main():
         words = line.split()
         if not words or words[0] == "quit":
             break
+        if words[0] == "params":  # distinct parameters (a tied head counted once)
+            print(sum(t.numel() for t in model.parameters()), flush=True)
+            continue
         if words[0] == "mem":
             peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             print(f"{(peak_kib - base_kib) * 1024}", flush=True)

@@ -255,6 +255,17 @@ Result<LlamaConfig> ReadLlamaConfig(const std::string& model_dir) {
   return ParseLlamaConfig(j, path);
 }
 
+Status CheckSequenceLength(const LlamaConfig& c, int64_t length, std::string_view what) {
+  if (length <= c.max_position_embeddings || c.rope_scaling.type == RopeType::kDynamic) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError(std::string(what) + " exceeds the model's max_position_embeddings " +
+                              std::to_string(c.max_position_embeddings) +
+                              " (only rope_scaling.rope_type \"dynamic\" goes past it; this "
+                              "model's rope_type is \"" +
+                              std::string(RopeTypeName(c.rope_scaling.type)) + "\")");
+}
+
 nlohmann::json LlamaConfigJson(const LlamaConfig& c) {
   const std::string_view dtype = c.torch_dtype == DType::kFloat32   ? "float32"
                                  : c.torch_dtype == DType::kFloat16 ? "float16"

@@ -63,6 +63,11 @@ struct LlamaConfig {
   int64_t NumParameters() const;
 };
 
+// Ok when a sequence of `length` positions can run: up to max_position_embeddings, or any length
+// with rope_scaling "dynamic" (its frequencies follow the length, llama_rope.h). Otherwise
+// InvalidArgument: `what` (e.g. "--seq-len 4096"), then the limit and the RoPE type named.
+Status CheckSequenceLength(const LlamaConfig& c, int64_t length, std::string_view what);
+
 // Parses a config.json object. `source` (a file path) prefixes every error.
 Result<LlamaConfig> ParseLlamaConfig(const nlohmann::json& j, std::string_view source);
 // Reads <dir>/config.json.

@@ -16,6 +16,10 @@ using nn::Tensor;
 
 struct LlamaDecoder::Buffers {
   nn::DeviceBuffer ids, pos, x, y, last, normf, logits, k_cache, v_cache;
+  // Dynamic RoPE past max_position_embeddings: [max_len, head_dim / 2] tables whose rows are
+  // rewritten for each forward's length (Note [Dynamic RoPE with a cache]).
+  nn::DeviceBuffer dyn_cos, dyn_sin;
+  std::vector<float> host_dyn_cos, host_dyn_sin;
   LayerActivations acts;
 };
 
@@ -39,6 +43,14 @@ struct Sizes {
         len(static_cast<uint64_t>(rows)) {}
   uint64_t cache_one() const { return layers * batch * len * kv * kF; }  // K or V
 };
+
+// Dynamic RoPE needs its own tables when a sequence may pass max_position_embeddings.
+bool DynamicTables(const LlamaConfig& c, int64_t max_len) {
+  return c.rope_scaling.type == RopeType::kDynamic && max_len > c.max_position_embeddings;
+}
+uint64_t DynamicTableBytes(const LlamaConfig& c, int64_t max_len) {
+  return static_cast<uint64_t>(max_len * (c.head_dim() / 2)) * kF;  // cos or sin
+}
 
 Tensor F32(const nn::DeviceBuffer& b, int64_t rows, int64_t cols) {
   return b.AsTensor(DType::kFloat32, Shape{rows, cols});
@@ -89,6 +101,7 @@ infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& c, int64_t max_batch, int
     p.workspace_bytes +=
         a(z.n * z.qd * kF) + a(z.n * z.kv * kF) + z.layers * (a(z.n * hq * kF) + a(z.n * hkv * kF));
   }
+  if (DynamicTables(c, max_len)) p.workspace_bytes += 2 * a(DynamicTableBytes(c, max_len));
   return p;
 }
 
@@ -105,12 +118,8 @@ Result<std::unique_ptr<LlamaDecoder>> LlamaDecoder::Create(LlamaForCausalLM* mod
     return InvalidArgumentError("LlamaDecoder: max_batch (" + std::to_string(max_batch) +
                                 ") and max_len (" + std::to_string(max_len) + ") must be > 0");
   }
-  if (max_len > c.max_position_embeddings) {
-    return InvalidArgumentError("LlamaDecoder: max_len " + std::to_string(max_len) +
-                                " (prompt + new tokens) exceeds the model's "
-                                "max_position_embeddings " +
-                                std::to_string(c.max_position_embeddings));
-  }
+  STRATA_RETURN_IF_ERROR(CheckSequenceLength(
+      c, max_len, "LlamaDecoder: max_len " + std::to_string(max_len) + " (prompt + new tokens)"));
   std::unique_ptr<LlamaDecoder> d(new LlamaDecoder(model, PlanLlamaKvCache(c, max_batch, max_len)));
   STRATA_RETURN_IF_ERROR(d->Allocate());
   return d;
@@ -146,6 +155,13 @@ Status LlamaDecoder::Allocate() {
   STRATA_RETURN_IF_ERROR(Alloc(d, &b->last, z.batch * z.h * kF, "last rows"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &b->normf, z.batch * z.h * kF, "final norm"));
   STRATA_RETURN_IF_ERROR(Alloc(d, &b->logits, z.batch * z.v * kF, "logits"));
+  if (DynamicTables(c, plan_.max_len)) {
+    const uint64_t bytes = DynamicTableBytes(c, plan_.max_len);
+    STRATA_RETURN_IF_ERROR(Alloc(d, &b->dyn_cos, bytes, "dynamic rope cos"));
+    STRATA_RETURN_IF_ERROR(Alloc(d, &b->dyn_sin, bytes, "dynamic rope sin"));
+    b->host_dyn_cos.resize(bytes / kF);
+    b->host_dyn_sin.resize(bytes / kF);
+  }
   buf_ = std::move(b);
   return Status::Ok();
 }
@@ -156,9 +172,9 @@ uint64_t LlamaDecoder::allocated_bytes() const {
   const LayerActivations& a = b.acts;
   uint64_t sum = 0;
   for (const nn::DeviceBuffer* x :
-       {&b.ids,     &b.pos,     &b.x,     &b.y,  &b.last, &b.normf, &b.logits,
-        &b.k_cache, &b.v_cache, &a.norm1, &a.q,  &a.k,    &a.v,     &a.attn,
-        &a.h1,      &a.norm2,   &a.gate,  &a.up, &a.act,  &a.q_raw, &a.k_raw}) {
+       {&b.ids,     &b.pos,   &b.x,   &b.y,     &b.last,  &b.normf,   &b.logits, &b.k_cache,
+        &b.v_cache, &a.norm1, &a.q,   &a.k,     &a.v,     &a.attn,    &a.h1,     &a.norm2,
+        &a.gate,    &a.up,    &a.act, &a.q_raw, &a.k_raw, &b.dyn_cos, &b.dyn_sin}) {
     sum += x->size();
   }
   return sum;
@@ -259,6 +275,53 @@ Status LlamaDecoder::Decode(const nn::RunContext& ctx, std::span<const int32_t> 
   return Status::Ok();
 }
 
+// Note [Dynamic RoPE with a cache]
+// transformers' rotary module, under generate with a KV cache, takes each forward's length as
+// L = largest position id in the batch + 1 and, for rope_type "dynamic" with L >
+// max_position_embeddings, rotates that forward's queries and keys with the frequencies of L
+// (llama_rope.h); the keys already cached keep the rotation they were written with. So a prefill
+// of prompts padded to T uses L = T, and the decode step that writes position p of the longest
+// sequence uses L = p + 1, for every sequence of the batch. The decoder does the same: it fills
+// the rows of this forward's positions in [max_len, head_dim / 2] tables with L's frequencies
+// (in double, rounded once, as the model's tables) and rotates with them; for L <=
+// max_position_embeddings dynamic is the default RoPE and the model's tables serve.
+Status LlamaDecoder::SelectDynamicRope(const Stream& s, const float** cos, const float** sin,
+                                       int64_t* rows) {
+  const LlamaConfig& c = model_->config();
+  Buffers& B = *buf_;
+  int64_t len = 0;
+  for (int32_t p : host_pos_) len = std::max<int64_t>(len, int64_t{p} + 1);
+  if (c.rope_scaling.type != RopeType::kDynamic || len <= c.max_position_embeddings) {
+    return Status::Ok();
+  }
+  const std::vector<double> inv =
+      RopeInvFreq(c.rope_scaling, c.head_dim(), c.rope_theta, c.max_position_embeddings, len);
+  const int64_t half = static_cast<int64_t>(inv.size());
+  // This forward's positions: a contiguous range per sequence (the caller synchronized the
+  // stream, so the host rows are free to rewrite).
+  const int64_t seqs = static_cast<int64_t>(lengths_.size());
+  const int64_t per_seq = static_cast<int64_t>(host_pos_.size()) / seqs;
+  std::vector<int64_t> done;  // a prefill's rows share their positions; decode rows may too
+  for (int64_t b = 0; b < seqs; ++b) {
+    const int64_t p0 = host_pos_[static_cast<size_t>(b * per_seq)];
+    if (std::find(done.begin(), done.end(), p0) != done.end()) continue;
+    done.push_back(p0);
+    for (int64_t p = p0; p < p0 + per_seq; ++p) {
+      RopeTableRow(inv, p, B.host_dyn_cos.data() + p * half, B.host_dyn_sin.data() + p * half);
+    }
+    const size_t off = static_cast<size_t>(p0 * half);
+    const size_t bytes = static_cast<size_t>(per_seq * half) * kF;
+    STRATA_RETURN_IF_ERROR(s.CopyAsync(B.dyn_cos.f32() + off, B.host_dyn_cos.data() + off, bytes,
+                                       CopyKind::kHostToDevice));
+    STRATA_RETURN_IF_ERROR(s.CopyAsync(B.dyn_sin.f32() + off, B.host_dyn_sin.data() + off, bytes,
+                                       CopyKind::kHostToDevice));
+  }
+  *cos = B.dyn_cos.f32();
+  *sin = B.dyn_sin.f32();
+  *rows = plan_.max_len;
+  return Status::Ok();
+}
+
 Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
                          const std::vector<int64_t>& last, std::vector<float>* logits) {
   const LlamaConfig& c = model_->config();
@@ -270,6 +333,10 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
   STRATA_RETURN_IF_ERROR(s.CopyAsync(B.ids.data(), host_ids_.data(), n4, CopyKind::kHostToDevice));
   STRATA_RETURN_IF_ERROR(s.CopyAsync(B.pos.data(), host_pos_.data(), n4, CopyKind::kHostToDevice));
   const auto* pos = static_cast<const int32_t*>(B.pos.data());
+  const float* rope_cos = model_->rope_cos();
+  const float* rope_sin = model_->rope_sin();
+  int64_t rope_rows = c.max_position_embeddings;
+  STRATA_RETURN_IF_ERROR(SelectDynamicRope(s, &rope_cos, &rope_sin, &rope_rows));
   LayerActivations& a = B.acts;
   LlamaModel& m = model_->model();
   const Tensor x = F32(B.x, n, h), y = F32(B.y, n, h), norm1 = F32(a.norm1, n, h);
@@ -294,10 +361,10 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
         STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k));
       }
       STRATA_RETURN_IF_ERROR(at.v_proj.Forward(ctx, norm1, v));
-      STRATA_RETURN_IF_ERROR(nn::Rope(s, q.f32(), n, c.num_attention_heads, d, model_->rope_cos(),
-                                      model_->rope_sin(), pos, c.max_position_embeddings, false));
-      STRATA_RETURN_IF_ERROR(nn::Rope(s, k.f32(), n, c.num_key_value_heads, d, model_->rope_cos(),
-                                      model_->rope_sin(), pos, c.max_position_embeddings, false));
+      STRATA_RETURN_IF_ERROR(nn::Rope(s, q.f32(), n, c.num_attention_heads, d, rope_cos, rope_sin,
+                                      pos, rope_rows, false));
+      STRATA_RETURN_IF_ERROR(nn::Rope(s, k.f32(), n, c.num_key_value_heads, d, rope_cos, rope_sin,
+                                      pos, rope_rows, false));
       // The new rows into the cache: sequence b's first host_write_[b] rows (the rest is
       // padding, never written) go to its positions p0.., row p % len (a rolling cache wraps:
       // at most two contiguous pieces).

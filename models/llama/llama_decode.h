@@ -37,8 +37,10 @@ infer::KvCachePlan PlanLlamaKvCache(const LlamaConfig& config, int64_t max_batch
 class LlamaDecoder final : public infer::CachedLm {
  public:
   // `model` must outlive the decoder, its parameters placed (by the model or an engine).
-  // InvalidArgument naming max_len when it exceeds max_position_embeddings, or a non-positive
-  // size; OutOfMemory (device) naming the buffer when the plan does not fit.
+  // InvalidArgument naming max_len when it exceeds max_position_embeddings (but for
+  // rope_scaling "dynamic", whose frequencies follow the length as transformers' do under a KV
+  // cache: Note [Dynamic RoPE with a cache]), or a non-positive size; OutOfMemory (device)
+  // naming the buffer when the plan does not fit.
   static Result<std::unique_ptr<LlamaDecoder>> Create(LlamaForCausalLM* model, int64_t max_batch,
                                                       int64_t max_len);
   ~LlamaDecoder() override;
@@ -62,6 +64,10 @@ class LlamaDecoder final : public infer::CachedLm {
   // row of sequence b whose logits are wanted.
   Status Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
              const std::vector<int64_t>& last, std::vector<float>* logits);
+  // Dynamic RoPE past max_position_embeddings (Note [Dynamic RoPE with a cache] in the .cc):
+  // points *cos / *sin / *rows at tables holding this forward's positions; leaves them (the
+  // model's tables) otherwise.
+  Status SelectDynamicRope(const Stream& s, const float** cos, const float** sin, int64_t* rows);
 
   LlamaForCausalLM* model_;
   infer::KvCachePlan plan_;

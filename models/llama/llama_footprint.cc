@@ -90,6 +90,10 @@ ModelShape LlamaFootprint(const LlamaConfig& c, int64_t micro_batch, int64_t seq
       2 * Dev(static_cast<uint64_t>(c.max_position_embeddings * (c.head_dim() / 2)) * 4);
   const uint64_t b = static_cast<uint64_t>(std::max<int64_t>(micro_batch, 1));
   const uint64_t s = static_cast<uint64_t>(std::max<int64_t>(seq_len, 1));
+  if (c.rope_scaling.type == RopeType::kDynamic && seq_len > c.max_position_embeddings) {
+    // Dynamic RoPE past max_position_embeddings: the model's tables for this length too.
+    m.fixed_device_bytes += 2 * Dev(s * static_cast<uint64_t>(c.head_dim() / 2) * 4);
+  }
   m.activations = LlamaActivations(c, b, s, false, false, lm_head_chunk_tokens);
   m.activations_checkpointed =
       LlamaActivations(c, b, s, true, cpu_checkpointing, lm_head_chunk_tokens);

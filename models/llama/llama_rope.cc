@@ -168,17 +168,22 @@ std::vector<double> RopeInvFreq(const RopeScaling& s, int64_t head_dim, double r
   return inv;
 }
 
+void RopeTableRow(const std::vector<double>& inv_freq, int64_t position, float* cos, float* sin) {
+  for (size_t j = 0; j < inv_freq.size(); ++j) {
+    const double angle = static_cast<double>(position) * inv_freq[j];
+    cos[j] = static_cast<float>(std::cos(angle));
+    sin[j] = static_cast<float>(std::sin(angle));
+  }
+}
+
 void RopeTables(const std::vector<double>& inv_freq, int64_t num_positions, std::vector<float>* cos,
                 std::vector<float>* sin) {
   const size_t half = inv_freq.size();
   cos->resize(static_cast<size_t>(num_positions) * half);
   sin->resize(cos->size());
   for (int64_t p = 0; p < num_positions; ++p) {
-    for (size_t j = 0; j < half; ++j) {
-      const double angle = static_cast<double>(p) * inv_freq[j];
-      (*cos)[static_cast<size_t>(p) * half + j] = static_cast<float>(std::cos(angle));
-      (*sin)[static_cast<size_t>(p) * half + j] = static_cast<float>(std::sin(angle));
-    }
+    const size_t row = static_cast<size_t>(p) * half;
+    RopeTableRow(inv_freq, p, cos->data() + row, sin->data() + row);
   }
 }
 

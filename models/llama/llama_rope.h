@@ -69,5 +69,7 @@ std::vector<double> RopeInvFreq(const RopeScaling& s, int64_t head_dim, double r
 // rounded to float.
 void RopeTables(const std::vector<double>& inv_freq, int64_t num_positions, std::vector<float>* cos,
                 std::vector<float>* sin);
+// One row of those tables: cos[j], sin[j] of position * inv_freq[j] (inv_freq.size() floats each).
+void RopeTableRow(const std::vector<double>& inv_freq, int64_t position, float* cos, float* sin);
 
 }  // namespace strata::llama

@@ -206,6 +206,8 @@ TEST_F(GenerateCliTest, BadInputIsRefusedWithAdvice) {
   r = gen("--model " + dir_->File("hf") + " --prompt hi --max-new-tokens 300");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("lower --max-new-tokens"));
+  EXPECT_THAT(r.err, HasSubstr("exceeds the model's max_position_embeddings 256 (only "
+                               "rope_scaling.rope_type \"dynamic\" goes past it"));
   EXPECT_EQ(gen("--model " + dir_->File("hf") + " --prompt hi --max-new-tokens 20").exit_code, 0);
   // Weights that do not fit the device: the advice (offload them) then works.
   const std::string small = dir_->File("small.json");

@@ -5,7 +5,8 @@ layouts, and three AdamW steps of the same training in plain PyTorch (float64).
   write FAMILY DIR SEQ_LEN   writes DIR/config.json with the family's real config.json fields
                              (llama3.2: Llama 3.2's rope_scaling block as published, tied
                              embeddings; mistral: MistralForCausalLM with a sliding_window smaller
-                             than SEQ_LEN), DIR/model.safetensors of random fp32 weights, and
+                             than SEQ_LEN; dynamic: a Llama with rope_scaling "dynamic" whose
+                             max_position_embeddings is SEQ_LEN / 2, so training runs past it), DIR/model.safetensors of random fp32 weights, and
                              DIR/tokens.bin: SEQ_LEN random uint16 ids (nanoGPT's layout), so the
                              sampler of `strata train --seq-len SEQ_LEN` has exactly one window.
   train DIR DS_CONFIG STEPS BATCH OUT
@@ -55,6 +56,13 @@ def config(family, seq_len):
             "architectures": ["MistralForCausalLM"], "model_type": "mistral", "head_dim": None,
             "max_position_embeddings": 32768, "rope_theta": 1000000.0,
             "sliding_window": seq_len // 4, "tie_word_embeddings": False,
+        })
+    if family == "dynamic":
+        return dict(common, **{
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+            "head_dim": 16, "max_position_embeddings": seq_len // 2, "mlp_bias": False,
+            "pretraining_tp": 1, "rope_scaling": {"factor": 4.0, "rope_type": "dynamic"},
+            "rope_theta": 10000.0, "tie_word_embeddings": False,
         })
     raise SystemExit(f"unknown family {family}")
 

@@ -1,9 +1,10 @@
 // `strata train --model DIR` on the model directories people fine-tune, in each family's real
 // layout, against PyTorch: tests/cli/torch_train_reference.py writes DIR (config.json with the
 // family's real fields - Llama 3.2's rope_scaling block as published and tied embeddings;
-// MistralForCausalLM with a sliding_window a quarter of the sequence - random fp32 weights and a
-// token file of exactly one window), the built binary trains it three steps (fp32, ZeRO stage 3,
-// AdamW, gradient_clipping explicit: DeepSpeed's default became 1.0) and exports the weights,
+// MistralForCausalLM with a sliding_window a quarter of the sequence; a Llama with rope_scaling
+// "dynamic" and max_position_embeddings half the sequence, trained past it - random fp32 weights
+// and a token file of exactly one window), the built binary trains it three steps (fp32, ZeRO stage
+// 3, AdamW, gradient_clipping explicit: DeepSpeed's default became 1.0) and exports the weights,
 // and the script trains the same model in float64 with torch.optim.AdamW.
 //
 // Asserted: every loss within 1e-4; every tensor's final weights within 2e-3 of max|reference|
@@ -171,11 +172,44 @@ TEST_P(StrataTrainFamiliesTest, ThreeAdamWStepsMatchPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, StrataTrainFamiliesTest,
-                         ::testing::Values("llama3.2", "mistral"), [](const auto& info) {
+                         ::testing::Values("llama3.2", "mistral", "dynamic"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = c == '.' ? '_' : c;
                            return n;
                          });
+
+// Past max_position_embeddings only rope_scaling "dynamic" runs: the same directory with the
+// default RoPE is refused by train and estimate, naming the limit and the RoPE type.
+TEST(StrataTrainFamiliesLengthTest, OnlyDynamicRopeTrainsPastMaxPositionEmbeddings) {
+  testing::ScratchDir dir;
+  const std::string model = dir.File("model"), ds = dir.File("ds.json");
+  std::ofstream(ds) << kDsConfig;
+  testing::CommandResult w =
+      testing::RunCommand(Python("write dynamic " + model + " " + std::to_string(kSeqLen)));
+  if (w.exit_code != 0) {
+    if (!TorchAvailable()) GTEST_SKIP() << kPython << " cannot import torch and numpy";
+    FAIL() << "writing the model failed: " << w.err;
+  }
+  const std::string seq = " --seq-len " + std::to_string(kSeqLen);
+  const std::string estimate = std::string(STRATA_BIN) + " estimate --model " + model + seq;
+  testing::CommandResult e = testing::RunCommand(estimate);
+  EXPECT_EQ(e.exit_code, 0) << e.err;
+
+  nlohmann::json cfg = nlohmann::json::parse(ReadText(model + "/config.json"));
+  cfg["rope_scaling"] = nullptr;
+  std::ofstream(model + "/config.json") << cfg.dump(2);
+  const std::string why =
+      "--seq-len 32 exceeds the model's max_position_embeddings 16 (only "
+      "rope_scaling.rope_type \"dynamic\" goes past it; this model's rope_type is \"default\")";
+  testing::CommandResult r =
+      testing::RunCommand(std::string(STRATA_BIN) + " train --config " + ds + " --model " + model +
+                          " --data " + model + "/tokens.bin" + seq + " --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, ::testing::HasSubstr(why));
+  e = testing::RunCommand(estimate);
+  EXPECT_NE(e.exit_code, 0);
+  EXPECT_THAT(e.err, ::testing::HasSubstr(why));
+}
 
 }  // namespace
 }  // namespace strata

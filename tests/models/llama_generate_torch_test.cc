@@ -3,7 +3,9 @@
 // step, each prompt alone) on the checkpoint the C++ side wrote. Compared: the logits of each
 // prompt's last token and of every decode step (the C++ decoder fed the reference's tokens, so
 // a near-tie cannot make the two drift apart), and the greedy continuation (C++ choosing its own
-// tokens) token for token. Prompts of different lengths run as one padded batch.
+// tokens) token for token. Prompts of different lengths run as one padded batch. With
+// rope_scaling "dynamic" past max_position_embeddings the reference instead runs as transformers'
+// generate does with a KV cache (each forward's RoPE from its own length, cached keys kept).
 //
 // Tolerance: max |cpp - ref| <= 1e-6 + 2e-5 * max|ref| per row, as llama_torch_test's logits
 // (fp32 against fp64; the test prints the worst figure).
@@ -80,7 +82,7 @@ class LlamaGenerateTorchTest : public ::testing::Test {
     mopt.seed = 77;
     mopt.init_std = 0.15;  // confident enough that greedy choices are not near-ties
     mopt.allocate_grads = false;
-    auto model = LlamaForCausalLM::Create(TestConfig(), device_.get(), mopt);
+    auto model = LlamaForCausalLM::Create(Config(), device_.get(), mopt);
     ASSERT_THAT(model, IsOk());
     model_ = std::move(*model);
     auto stream = device_->CreateStream();
@@ -93,13 +95,15 @@ class LlamaGenerateTorchTest : public ::testing::Test {
     }
   }
   nn::RunContext Ctx() const { return nn::RunContext{device_.get(), stream_, false}; }
+  virtual LlamaConfig Config() const { return TestConfig(); }
 
   // Runs the reference on `prompts`; false (and a skip or failure recorded) if it cannot.
-  bool RunReference(const std::vector<std::vector<int32_t>>& prompts) {
+  // cache: the reference runs as transformers' generate with a KV cache (see the script).
+  bool RunReference(const std::vector<std::vector<int32_t>>& prompts, bool cache = false) {
     const std::string model_dir = dir_.File("model");
     EXPECT_THAT(SaveLlamaForCausalLM(model_dir, *model_, stream_), IsOk());
     std::ofstream(dir_.File("prompts.json"))
-        << nlohmann::json{{"prompts", prompts}, {"steps", kSteps}}.dump();
+        << nlohmann::json{{"prompts", prompts}, {"steps", kSteps}, {"cache", cache}}.dump();
     const std::string out = dir_.File("reference.safetensors");
     const std::string script =
         std::string(STRATA_SOURCE_DIR) + "/tests/models/torch_llama_generate_reference.py";
@@ -251,6 +255,11 @@ TEST_F(LlamaGenerateTorchTest, RefusesWhatTheCacheCannotHold) {
   EXPECT_THAT(LlamaDecoder::Create(model_.get(), 1, 49),
               testing::StatusIs(StatusCode::kInvalidArgument,
                                 ::testing::HasSubstr("max_position_embeddings 48")));
+  EXPECT_THAT(LlamaDecoder::Create(model_.get(), 1, 49),
+              testing::StatusIs(StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("only rope_scaling.rope_type \"dynamic\" goes "
+                                                     "past it; this model's rope_type is "
+                                                     "\"default\"")));
   auto dec = LlamaDecoder::Create(model_.get(), 1, 3);
   ASSERT_THAT(dec, IsOk());
   std::vector<float> logits;
@@ -262,6 +271,80 @@ TEST_F(LlamaGenerateTorchTest, RefusesWhatTheCacheCannotHold) {
   const int32_t tok = 4;
   EXPECT_THAT((*dec)->Decode(Ctx(), {&tok, 1}, &logits),
               testing::StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("is full")));
+}
+
+// rope_scaling "dynamic" past max_position_embeddings (10 here: the prefill of the prompts
+// padded to 9 and the first decode step stay within it, the next five steps reach position 14):
+// every forward's queries and keys rotate with the frequencies of its own length, the cached
+// keys keeping theirs, as transformers' generate does with a KV cache (the reference's "cache"
+// mode, float64).
+class LlamaGenerateDynamicRopeTest : public LlamaGenerateTorchTest {
+ protected:
+  static LlamaConfig Dynamic() {
+    LlamaConfig c = TestConfig();
+    c.max_position_embeddings = 10;
+    c.rope_scaling.type = RopeType::kDynamic;
+    c.rope_scaling.factor = 4.0;
+    return c;
+  }
+  LlamaConfig Config() const override { return Dynamic(); }
+};
+
+TEST_F(LlamaGenerateDynamicRopeTest, EachStepMatchesTransformersCachedGeneratePastMaxPositions) {
+  const auto prompts = Prompts();
+  if (!RunReference(prompts, /*cache=*/true)) {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    return;
+  }
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  auto dec = LlamaDecoder::Create(model_.get(), 4, 9 + kSteps + 1);
+  ASSERT_THAT(dec, IsOk());
+  // The same weights with the default RoPE: their logits must be far from the reference (or
+  // the comparison below could not tell dynamic from default).
+  LlamaConfig plain = Dynamic();
+  plain.rope_scaling = RopeScaling{};
+  plain.max_position_embeddings = 64;
+  LlamaModelOptions mopt;
+  mopt.seed = 77;
+  mopt.init_std = 0.15;
+  mopt.allocate_grads = false;
+  auto plain_model = LlamaForCausalLM::Create(plain, device_.get(), mopt);
+  ASSERT_THAT(plain_model, IsOk());
+  auto plain_dec = LlamaDecoder::Create(plain_model->get(), 4, 9 + kSteps + 1);
+  ASSERT_THAT(plain_dec, IsOk());
+  std::vector<float> logits, plain_logits;
+  ASSERT_THAT((*dec)->Prefill(Ctx(), prompts, &logits), IsOk());
+  ASSERT_THAT((*plain_dec)->Prefill(Ctx(), prompts, &plain_logits), IsOk());
+  double worst = 0, plain_gap = 0;
+  for (int64_t step = 0; step <= kSteps; ++step) {
+    std::vector<int32_t> feed;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const double* ref = ref_logits_[b].data() + step * vocab;
+      worst = std::max(
+          worst, ExpectRowClose("sequence " + std::to_string(b) + " step " + std::to_string(step),
+                                ref, logits.data() + b * vocab, vocab));
+      if (b == 0 && step >= 2) {  // the longest, past max_position_embeddings
+        double scale = 0, gap = 0;
+        for (size_t i = 0; i < vocab; ++i) {
+          scale = std::max(scale, std::abs(ref[i]));
+          gap = std::max(gap, std::abs(plain_logits[b * vocab + i] - ref[i]));
+        }
+        plain_gap = std::max(plain_gap, gap / scale);
+      }
+      feed.push_back(ref_tokens_[b][static_cast<size_t>(step)]);
+    }
+    if (step < kSteps) {
+      ASSERT_THAT((*dec)->Decode(Ctx(), feed, &logits), IsOk());
+      ASSERT_THAT((*plain_dec)->Decode(Ctx(), feed, &plain_logits), IsOk());
+    }
+  }
+  std::printf("dynamic: worst logits error / max|reference| %.2e; the default RoPE's %.2e\n", worst,
+              plain_gap);
+  EXPECT_GT(plain_gap, 1e-2) << "the default RoPE would pass: the test could not fail";
+  (*plain_dec)->Release();
+  // The dynamic tables ([max_len, head_dim / 2] cos and sin) are in the plan.
+  EXPECT_EQ((*dec)->plan().total_bytes(), PlanLlamaKvCache(plain, 4, 9 + kSteps + 1).total_bytes() +
+                                              2 * (9 + kSteps + 1) * (16 / 2) * sizeof(float));
 }
 
 }  // namespace

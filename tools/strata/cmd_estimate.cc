@@ -140,11 +140,8 @@ Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len
   *hidden = c.hidden_size;
   *names = LlamaParamNames(c);
   *seq_len = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(2048, c.max_position_embeddings);
-  if (*seq_len > c.max_position_embeddings) {
-    return InvalidArgumentError("--seq-len " + std::to_string(*seq_len) +
-                                " exceeds the model's max_position_embeddings " +
-                                std::to_string(c.max_position_embeddings));
-  }
+  STRATA_RETURN_IF_ERROR(
+      llama::CheckSequenceLength(c, *seq_len, "--seq-len " + std::to_string(*seq_len)));
   int64_t chunk = nn::LmHeadLoss::kAutoChunk;
   if (o.lm_head_chunk != "auto") {
     char* end = nullptr;

@@ -16,6 +16,7 @@
 
 #include "core/flags.h"
 #include "models/infer/generator.h"
+#include "models/llama/llama_config.h"
 #include "models/llama/llama_decode.h"
 #include "tools/strata/generate/generate_place.h"
 #include "tools/strata/generate/generate_text.h"
@@ -111,12 +112,12 @@ int Run(const Options& o) {
   for (const auto& p : prompts)
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
   const int64_t max_len = longest + o.max_new_tokens;
-  if (max_len > mc.max_position_embeddings) {
-    return Fail(2, "the longest prompt (" + std::to_string(longest) +
-                       " tokens) + --max-new-tokens " + std::to_string(o.max_new_tokens) +
-                       " exceed the model's max_position_embeddings " +
-                       std::to_string(mc.max_position_embeddings) +
-                       " (shorten the prompt or lower --max-new-tokens)");
+  if (Status s = llama::CheckSequenceLength(
+          mc, max_len,
+          "the longest prompt (" + std::to_string(longest) + " tokens) + --max-new-tokens " +
+              std::to_string(o.max_new_tokens) + " = " + std::to_string(max_len));
+      !s.ok()) {
+    return Fail(2, s.message() + " (shorten the prompt or lower --max-new-tokens)");
   }
   infer::GenerateOptions go;
   go.max_new_tokens = o.max_new_tokens;

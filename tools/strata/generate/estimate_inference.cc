@@ -63,10 +63,9 @@ int RunInferenceEstimate(const std::vector<std::string>& raw) {
       preset.empty() ? llama::ReadLlamaConfig(model) : llama::LlamaPreset(preset);
   if (!mc.ok()) return Fail(2, mc.status().message());
   if (max_len == 0) max_len = mc->max_position_embeddings;
-  if (max_len > mc->max_position_embeddings) {
-    return Fail(2, "--max-len " + std::to_string(max_len) +
-                       " exceeds the model's max_position_embeddings " +
-                       std::to_string(mc->max_position_embeddings));
+  if (Status s = llama::CheckSequenceLength(*mc, max_len, "--max-len " + std::to_string(max_len));
+      !s.ok()) {
+    return Fail(2, s.message());
   }
   RunContext run;
   run.micro_batch_per_gpu = 1;

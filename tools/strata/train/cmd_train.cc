@@ -160,11 +160,8 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   STRATA_ASSIGN_OR_RETURN(r->config, LoadConfig(o.config, run));
 
   // Data before any memory is placed: a mismatch is the user's to fix.
-  if (o.seq_len > r->model_config.max_position_embeddings) {
-    return InvalidArgumentError("--seq-len " + std::to_string(o.seq_len) +
-                                " exceeds the model's max_position_embeddings " +
-                                std::to_string(r->model_config.max_position_embeddings));
-  }
+  STRATA_RETURN_IF_ERROR(llama::CheckSequenceLength(r->model_config, o.seq_len,
+                                                    "--seq-len " + std::to_string(o.seq_len)));
   if (o.data.ends_with(".jsonl")) {
     STRATA_ASSIGN_OR_RETURN(
         data::PreparedSampler prepared,
