@@ -7,9 +7,11 @@
 // bit.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <sys/mount.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -57,8 +59,14 @@ class SmallDisk {
   }
   std::vector<std::string> env() const {
     if (tmpfs_) return {};
+    // Under ASan the preloaded library comes before the sanitizer's runtime, which it refuses
+    // unless told the order is intended (its interceptors still run: the library calls on).
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    std::string asan_options = asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "";
+    asan_options += "verify_asan_link_order=0";
     return {std::string("LD_PRELOAD=") + SMALL_DISK_PRELOAD, "STRATA_TEST_SMALL_DISK=" + dir_,
-            "STRATA_TEST_SMALL_DISK_BYTES=" + std::to_string(bytes_)};
+            "STRATA_TEST_SMALL_DISK_BYTES=" + std::to_string(bytes_),
+            "ASAN_OPTIONS=" + asan_options};
   }
 
  private:
