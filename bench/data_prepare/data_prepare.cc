@@ -123,11 +123,17 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
   const double t1 = s1.seconds, tn = sn.seconds;
   const double ratio = t1 / tn;
-  // Note [Serial share]: the 1-thread run's CPU split into the part only one thread can do at a
-  // time (setup, loading the tokenizer, writing the files in order, finishing) and the part any
-  // number of threads share (rendering, tokenizing). With more threads the tokenizer loads while
-  // others render, so the wall-clock bound on T threads is max(serial, (serial + parallel) / T)
-  // and a load-independent view of the ceiling: (serial + parallel) / that bound.
+  // Note [Serial share]: two figures a loaded machine does not move the way it moves wall-clock
+  // ratios. (1) Measured: each side's CPU critical path, setup + the busiest thread's CPU and idle
+  // seconds + finish (on free cores the wall time is about that), and their ratio. (2) Modelled
+  // from the 1-thread run: its CPU split into the part one thread does at a time (setup, loading
+  // the tokenizer, writing in order, finishing) and the part threads share (rendering,
+  // tokenizing); as the tokenizer loads while other threads render, T threads need at least
+  // max(serial, (serial + parallel) / T), which bounds the ratio.
+  auto path = [](const strata::data::PreparePhases& p) {
+    return p.setup_cpu + p.busiest_thread_seconds + p.finish_cpu;
+  };
+  const double path_1 = path(s1.phases), path_n = path(sn.phases);
   const auto& p1 = s1.phases;
   const double serial_cpu = p1.setup_cpu + p1.load_cpu + p1.write_cpu + p1.finish_cpu;
   const double parallel_cpu = p1.render_cpu + p1.tokenize_cpu;
@@ -151,6 +157,9 @@ int main(int argc, char** argv) {
                         {"ratio", ratio},
                         {"target", 1.7},
                         {"identical", same},
+                        {"cpu_path_1", path_1},
+                        {"cpu_path_n", path_n},
+                        {"cpu_path_ratio", path_1 / path_n},
                         {"serial_cpu_1", serial_cpu},
                         {"parallel_cpu_1", parallel_cpu},
                         {"cpu_bound_ratio", ceiling},
@@ -170,11 +179,13 @@ int main(int argc, char** argv) {
       const auto& p = s->phases;
       std::printf(
           "  %s: wall setup %.3f lines %.3f finish %.3f s; cpu setup %.3f load %.3f render "
-          "%.3f tokenize %.3f write %.3f finish %.3f s; idle %.3f s\n",
+          "%.3f tokenize %.3f write %.3f finish %.3f s; idle %.3f s; busiest thread %.3f s\n",
           s == &s1 ? "1 thread " : "n threads", p.setup_seconds, p.lines_seconds, p.finish_seconds,
           p.setup_cpu, p.load_cpu, p.render_cpu, p.tokenize_cpu, p.write_cpu, p.finish_cpu,
-          p.idle_seconds);
+          p.idle_seconds, p.busiest_thread_seconds);
     }
+    std::printf("  CPU critical path: %.3f s on 1 thread, %.3f s on %lld: %.2fx\n", path_1, path_n,
+                static_cast<long long>(threads), path_1 / path_n);
     std::printf(
         "  1 thread's CPU: %.3f s serial (setup, tokenizer load, ordered write, finish) + %.3f s "
         "parallel (render, tokenize): %.2fx at most on %lld threads\n",

@@ -153,6 +153,12 @@ void LinePipeline::Deliver(size_t index, ThreadTimes* t) {
 }
 
 void LinePipeline::Work(bool load_first, const TokenizerLoader& load, ThreadTimes* t) {
+  const double start_cpu = ThreadCpuSeconds();
+  struct Total {
+    ThreadTimes* t;
+    double start;
+    ~Total() { t->cpu = ThreadCpuSeconds() - start; }
+  } total{t, start_cpu};
   if (load_first) {
     const double cpu0 = ThreadCpuSeconds();
     auto tok = load();
@@ -264,6 +270,7 @@ Status LinePipeline::Run(const TokenizerLoader& load, int threads, int64_t lines
     phases_.tokenize_cpu += t.tokenize_cpu;
     phases_.write_cpu += t.write_cpu;
     phases_.idle_seconds += t.idle;
+    phases_.busiest_thread_seconds = std::max(phases_.busiest_thread_seconds, t.cpu + t.idle);
   }
   if (!load_status_.ok()) return load_status_;
   if (const size_t e = first_error_chunk_.load(); e != kNone) return chunks_[e].error;

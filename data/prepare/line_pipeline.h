@@ -74,7 +74,7 @@ class LinePipeline {
     bool ready = false;
   };
   struct ThreadTimes {
-    double render_cpu = 0, tokenize_cpu = 0, write_cpu = 0, idle = 0;
+    double render_cpu = 0, tokenize_cpu = 0, write_cpu = 0, idle = 0, cpu = 0;
   };
   static constexpr size_t kNone = ~size_t{0};
   enum TokenizerState : int { kLoading, kReady, kFailed };

@@ -44,6 +44,9 @@ struct PreparePhases {
   double write_cpu = 0;       // appending chunks to the files in order (one thread at a time)
   double finish_cpu = 0;      // (one thread)
   double idle_seconds = 0;    // threads waiting for the tokenizer with nothing left to render
+  // The most one thread spent on the lines: its CPU seconds (the load included) plus its idle
+  // ones. On a machine with a free core per thread, lines_seconds is about this.
+  double busiest_thread_seconds = 0;
 };
 
 struct PrepareSummary {
