@@ -141,11 +141,17 @@ int main(int argc, char** argv) {
       std::max(serial_cpu, (serial_cpu + parallel_cpu) / static_cast<double>(threads));
   const double ceiling = (serial_cpu + parallel_cpu) / bound;
   auto phases_json = [](const strata::data::PreparePhases& p) {
-    return nlohmann::json{{"setup_s", p.setup_seconds},     {"lines_s", p.lines_seconds},
-                          {"finish_s", p.finish_seconds},   {"setup_cpu", p.setup_cpu},
-                          {"load_cpu", p.load_cpu},         {"render_cpu", p.render_cpu},
-                          {"tokenize_cpu", p.tokenize_cpu}, {"write_cpu", p.write_cpu},
-                          {"finish_cpu", p.finish_cpu},     {"idle_s", p.idle_seconds}};
+    return nlohmann::json{{"setup_s", p.setup_seconds},
+                          {"lines_s", p.lines_seconds},
+                          {"finish_s", p.finish_seconds},
+                          {"setup_cpu", p.setup_cpu},
+                          {"load_cpu", p.load_cpu},
+                          {"render_cpu", p.render_cpu},
+                          {"tokenize_cpu", p.tokenize_cpu},
+                          {"write_cpu", p.write_cpu},
+                          {"finish_cpu", p.finish_cpu},
+                          {"idle_s", p.idle_seconds},
+                          {"busiest_thread_s", p.busiest_thread_seconds}};
   };
   if (json) {
     nlohmann::json j = {{"mb", mbytes},
