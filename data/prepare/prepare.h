@@ -72,7 +72,8 @@ using PrepareProgress = std::function<void(int64_t done, int64_t total)>;
 // Tokenizes `jsonl` with MODEL_DIR's tokenizer.json and chat template (tokenizer_config.json)
 // into `out_dir` (created; files replaced). `key` is recorded in prepared.json. Errors: the first
 // bad line by line number ("FILE:LINE: field ..."), a missing tokenizer, an I/O failure naming
-// the file; nothing is written under out_dir's final names on error.
+// the file; nothing is written under out_dir's final names on error (the files are written under
+// per-process names and renamed at the end; out_dir is removed again if this made it).
 Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::string& model_dir,
                                       const std::string& out_dir, const PrepareOptions& options,
                                       const std::string& key = "",
