@@ -184,6 +184,19 @@ Status ParamSwapper::WaitIn(std::span<const ParamId> ids) {
   return first;
 }
 
+Status ParamSwapper::WaitOut(std::span<const ParamId> ids) {
+  std::unique_lock lock(mu_);
+  Status first;
+  for (ParamId id : ids) {
+    auto p = Find(id);
+    if (!p.ok()) return p.status();
+    if ((*p)->state != State::kWriting) continue;
+    Status s = FinishIo(id, **p, lock);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
 Result<std::span<uint8_t>> ParamSwapper::Data(ParamId id) {
   std::lock_guard lock(mu_);
   STRATA_ASSIGN_OR_RETURN(Param * p, Find(id));

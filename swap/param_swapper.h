@@ -65,6 +65,10 @@ class ParamSwapper {
   Status SwapIn(std::span<const ParamId> ids);
   // Waits until the given parameters are in their buffers (checksums verified).
   Status WaitIn(std::span<const ParamId> ids);
+  // Waits for the given parameters' writes in flight (SwapOut); their buffers stay allocated and
+  // hold what was written, so Data() serves them without a read. The first error of those writes
+  // is returned; a parameter whose write failed keeps its buffer (the only copy), as in Release.
+  Status WaitOut(std::span<const ParamId> ids);
   // The parameter's bytes: resident NVMe parameters (after WaitIn) or CPU-kept ones.
   Result<std::span<uint8_t>> Data(ParamId id);
   // Moves CPU-kept parameter `id` into `storage` (numel x element_bytes, the caller's, alive and

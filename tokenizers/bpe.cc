@@ -52,7 +52,7 @@ void BpeModel::MergeTable::Insert(uint64_t key, Merge m) {
   }
 }
 
-Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
+Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path, BpeTables* tables) {
   STRATA_RETURN_IF_ERROR(GetType(node, path, {"BPE"}));
   if (node.contains("dropout") && !node["dropout"].is_null() &&
       !(node["dropout"].is_number() && node["dropout"].get<double>() == 0.0)) {
@@ -66,14 +66,20 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
   STRATA_ASSIGN_OR_RETURN(m.fuse_unk_, GetBool(node, path, "fuse_unk", false));
   STRATA_ASSIGN_OR_RETURN(m.byte_fallback_, GetBool(node, path, "byte_fallback", false));
   STRATA_ASSIGN_OR_RETURN(m.ignore_merges_, GetBool(node, path, "ignore_merges", false));
+  STRATA_ASSIGN_OR_RETURN(m.unk_token_, GetString(node, path, "unk_token", ""));
 
+  if (tables != nullptr) {
+    STRATA_RETURN_IF_ERROR(m.BuildTables(std::move(*tables), path));
+    return m;
+  }
+  // The tree's vocab and merges, checked, as tables.
+  BpeTables t;
   const std::string vocab_path = JoinPath(path, "vocab");
   if (!node.contains("vocab") || !node["vocab"].is_object()) {
     return InvalidArgumentError(vocab_path + ": expected an object {token: id}");
   }
   const Json& vocab = node["vocab"];
-  m.vocab_.reserve(vocab.size());
-  int64_t max_id = -1;
+  t.vocab.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > INT32_MAX) {
@@ -81,9 +87,40 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
                                   "']: expected a non-negative 32-bit id, got " +
                                   it.value().dump());
     }
-    const int64_t id = it.value().get<int64_t>();
-    m.vocab_.emplace(it.key(), static_cast<int32_t>(id));
-    max_id = std::max(max_id, id);
+    t.vocab.emplace_back(t.Add(it.key()), static_cast<int32_t>(it.value().get<int64_t>()));
+  }
+  STRATA_ASSIGN_OR_RETURN(const Json* merges, GetArray(node, path, "merges"));
+  const std::string merges_path = JoinPath(path, "merges");
+  t.merges.reserve(merges->size());
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const Json& e = (*merges)[i];
+    if (e.is_string()) {  // "a b" (older files)
+      const std::string s = e.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+        return InvalidArgumentError(IndexPath(merges_path, i) + ": expected \"left right\", got '" +
+                                    s + "'");
+      }
+      t.merges.emplace_back(t.Add(s.substr(0, sp)), t.Add(s.substr(sp + 1)));
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      t.merges.emplace_back(t.Add(e[0].get<std::string>()), t.Add(e[1].get<std::string>()));
+    } else {
+      return InvalidArgumentError(IndexPath(merges_path, i) +
+                                  ": expected \"left right\" or [left, right], got " + e.dump());
+    }
+  }
+  STRATA_RETURN_IF_ERROR(m.BuildTables(std::move(t), path));
+  return m;
+}
+
+Status BpeModel::BuildTables(BpeTables t, std::string_view path) {
+  BpeModel& m = *this;
+  // A token listed twice keeps its last id, as a JSON object's repeated key does.
+  m.vocab_.reserve(t.vocab.size());
+  int64_t max_id = -1;
+  for (const auto& [token, id] : t.vocab) {
+    max_id = std::max<int64_t>(max_id, id);
+    m.vocab_.insert_or_assign(std::string(t.View(token)), id);
   }
   m.id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : m.vocab_) m.id_to_token_[static_cast<size_t>(id)] = token;
@@ -94,66 +131,37 @@ Result<BpeModel> BpeModel::FromJson(const Json& node, std::string_view path) {
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     if (auto id = m.TokenToId(name)) m.byte_ids_[b] = *id;
   }
-  STRATA_ASSIGN_OR_RETURN(const std::string unk, GetString(node, path, "unk_token", ""));
-  if (!unk.empty()) {
-    m.unk_id_ = m.TokenToId(unk);
+  if (!m.unk_token_.empty()) {
+    m.unk_id_ = m.TokenToId(m.unk_token_);
     if (!m.unk_id_) {
-      return InvalidArgumentError(JoinPath(path, "unk_token") + ": '" + unk +
+      return InvalidArgumentError(JoinPath(path, "unk_token") + ": '" + m.unk_token_ +
                                   "' is not in the vocabulary");
     }
   }
 
-  STRATA_ASSIGN_OR_RETURN(const Json* merges, GetArray(node, path, "merges"));
   const std::string merges_path = JoinPath(path, "merges");
-  m.merges_.Reserve(merges->size());
-  for (size_t i = 0; i < merges->size(); ++i) {
-    const Json& e = (*merges)[i];
-    std::string a, b;
-    if (e.is_string()) {  // "a b" (older files)
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return InvalidArgumentError(IndexPath(merges_path, i) + ": expected \"left right\", got '" +
-                                    s + "'");
-      }
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
-    } else {
-      return InvalidArgumentError(IndexPath(merges_path, i) +
-                                  ": expected \"left right\" or [left, right], got " + e.dump());
-    }
-    const auto ia = m.TokenToId(a), ib = m.TokenToId(b), iab = m.TokenToId(a + b);
+  m.merges_.Reserve(t.merges.size());
+  // Note [Metaspace words]: the merges may not join "...x" + "▁...".
+  constexpr std::string_view kMeta = "\xE2\x96\x81";
+  m.metaspace_words_ = true;
+  std::string joined;
+  for (size_t i = 0; i < t.merges.size(); ++i) {
+    const std::string_view a = t.View(t.merges[i].first), b = t.View(t.merges[i].second);
+    joined.assign(a).append(b);
+    const auto ia = m.TokenToId(a), ib = m.TokenToId(b), iab = m.TokenToId(joined);
     if (!ia || !ib || !iab) {
       return InvalidArgumentError(IndexPath(merges_path, i) + ": '" +
-                                  (!ia   ? a
-                                   : !ib ? b
-                                         : a + b) +
+                                  std::string(!ia   ? a
+                                              : !ib ? b
+                                                    : std::string_view(joined)) +
                                   "' is not in the vocabulary");
     }
     // A repeated pair keeps its first (lowest) rank, as Hugging Face's loader does.
     m.merges_.Insert(PairKey(*ia, *ib), Merge{static_cast<int32_t>(i), *iab});
-  }
-  // Note [Metaspace words]: the merges may not join "...x" + "▁...".
-  constexpr std::string_view kMeta = "\xE2\x96\x81";
-  m.metaspace_words_ = true;
-  for (size_t i = 0; i < merges->size() && m.metaspace_words_; ++i) {
-    const Json& e = (*merges)[i];
-    std::string a, b;
-    if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      a = s.substr(0, s.find(' '));
-      b = s.substr(s.find(' ') + 1);
-    } else {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
-    }
     const bool a_ends_meta = a.size() >= 3 && a.compare(a.size() - 3, 3, kMeta) == 0;
     if (b.compare(0, 3, kMeta) == 0 && !a_ends_meta) m.metaspace_words_ = false;
   }
-  return m;
+  return Status::Ok();
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {

@@ -27,9 +27,31 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// A BPE model's vocab (token, id) and merges (left, right) in file order, as tokenizer_json.h
+// streams them out of tokenizer.json without building a JSON tree.
+// The strings live in one arena (a few growths of one buffer, not one allocation per token).
+struct BpeTables {
+  struct Span {
+    uint32_t offset = 0, size = 0;
+  };
+  std::string arena;
+  std::vector<std::pair<Span, int32_t>> vocab;
+  std::vector<std::pair<Span, Span>> merges;
+
+  Span Add(std::string_view s) {
+    Span span{static_cast<uint32_t>(arena.size()), static_cast<uint32_t>(s.size())};
+    arena.append(s);
+    return span;
+  }
+  std::string_view View(Span s) const { return std::string_view(arena).substr(s.offset, s.size); }
+};
+
 class BpeModel {
  public:
-  static Result<BpeModel> FromJson(const Json& node, std::string_view path);
+  // `node` is tokenizer.json's "model". With `tables`, its vocab and merges are taken (moved)
+  // from there and node's own "vocab" / "merges" are not read.
+  static Result<BpeModel> FromJson(const Json& node, std::string_view path,
+                                   BpeTables* tables = nullptr);
 
   // Appends the ids of `piece` (non-empty, valid UTF-8). Fails on a character the vocabulary
   // cannot express when there is neither byte_fallback nor unk_token.
@@ -52,6 +74,7 @@ class BpeModel {
   Status Characters(std::string_view piece, std::vector<int32_t>* symbols) const;
   Status MergePiece(std::string_view piece, std::vector<int32_t>* ids) const;
   Status TokenizeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  Status BuildTables(BpeTables tables, std::string_view path);
 
   // Note [Metaspace words]: sentencepiece-style vocabularies (Llama 2, Mistral) have no pre-
   // tokenizer, so a whole document is one piece. When no merge joins a left symbol ending in a
@@ -93,6 +116,7 @@ class BpeModel {
     int shift_ = 64;
   };
   MergeTable merges_;
+  std::string unk_token_;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;

@@ -1,12 +1,11 @@
 #include "tokenizers/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "tokenizers/text/utf8.h"
 #include "tokenizers/tokenizer_impl.h"
+#include "tokenizers/tokenizer_json.h"
 
 namespace strata::tokenizers {
 
@@ -16,22 +15,21 @@ using internal::TokenizerImpl;
 namespace {
 
 Result<Json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoToStatus(errno, "open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Json j = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  STRATA_ASSIGN_OR_RETURN(const std::string bytes, internal::ReadFileBytes(path));
+  Json j = Json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgumentError(path + ": not valid JSON");
   if (!j.is_object()) return InvalidArgumentError(path + ": expected a JSON object");
   return j;
 }
 
-Result<std::unique_ptr<TokenizerImpl>> Build(const Json& j) {
+Result<std::unique_ptr<TokenizerImpl>> Build(internal::TokenizerJson& file) {
+  const Json& j = file.root;
   auto impl = std::make_unique<TokenizerImpl>();
   static const Json kNull;
   auto node = [&](const char* key) -> const Json& { return j.contains(key) ? j[key] : kNull; };
   if (!j.contains("model")) return InvalidArgumentError("model: missing");
-  STRATA_ASSIGN_OR_RETURN(impl->model, internal::BpeModel::FromJson(j["model"], "model"));
+  STRATA_ASSIGN_OR_RETURN(impl->model, internal::BpeModel::FromJson(
+                                           j["model"], "model", file.bpe ? &*file.bpe : nullptr));
   STRATA_ASSIGN_OR_RETURN(
       impl->added, internal::AddedVocabulary::FromJson(node("added_tokens"), "added_tokens"));
   STRATA_ASSIGN_OR_RETURN(impl->normalizer,
@@ -102,7 +100,8 @@ Status ApplyConfig(const Json& config, const std::string& path, TokenizerImpl* i
 Tokenizer::Tokenizer(std::shared_ptr<const TokenizerImpl> impl) : impl_(std::move(impl)) {}
 
 Result<Tokenizer> Tokenizer::FromFile(const std::string& tokenizer_json_path) {
-  STRATA_ASSIGN_OR_RETURN(const Json j, ReadJson(tokenizer_json_path));
+  STRATA_ASSIGN_OR_RETURN(internal::TokenizerJson j,
+                          internal::ReadTokenizerJson(tokenizer_json_path));
   auto impl = Build(j);
   if (!impl.ok()) return impl.status().WithContext(tokenizer_json_path);
   return Tokenizer(std::shared_ptr<const TokenizerImpl>(std::move(*impl)));
@@ -115,7 +114,7 @@ Result<Tokenizer> Tokenizer::FromModelDir(const std::string& dir) {
                          ": no tokenizer.json (Strata reads the Hugging Face fast-tokenizer "
                          "file; save it with tokenizer.save_pretrained(dir))");
   }
-  STRATA_ASSIGN_OR_RETURN(const Json j, ReadJson(json_path));
+  STRATA_ASSIGN_OR_RETURN(internal::TokenizerJson j, internal::ReadTokenizerJson(json_path));
   auto impl = Build(j);
   if (!impl.ok()) return impl.status().WithContext(json_path);
   const std::string config_path = (std::filesystem::path(dir) / "tokenizer_config.json").string();

@@ -35,6 +35,7 @@
 
 #include "bench/overlap/bound_parts.h"
 #include "core/flags.h"
+#include "core/trace.h"
 #include "engine/config/config.h"
 #include "engine/zero_inference.h"
 #include "models/llama/llama_decode.h"
@@ -50,6 +51,7 @@ struct Options {
   int64_t prompt_len = 16, new_tokens = 8, threads = 2, rounds = 3;
   uint64_t device_mem = 64ull << 20;
   std::string dir = "generate-bench-swap";
+  std::string trace;  // Chrome trace of the NVMe runs ("": none)
   bool json = false;
 };
 
@@ -76,6 +78,8 @@ Result<double> DecodeSeconds(llama::LlamaForCausalLM* model, Device* device, con
   STRATA_RETURN_IF_ERROR(dec->Decode(ctx, next, &logits));
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < o.new_tokens; ++i) {
+    TraceSpan span(zi != nullptr ? CurrentTracer() : nullptr, "decode step", "compute");
+    span.AddArg("batch", static_cast<double>(batch));
     for (int64_t b = 0; b < batch; ++b) {  // greedy, so the step depends on the logits
       const float* row = logits.data() + b * o.vocab;
       next[static_cast<size_t>(b)] =
@@ -106,6 +110,14 @@ Status Run(const Options& o) {
   llama::LlamaModelOptions rmo;
   rmo.dtype = dtype, rmo.allocate_grads = false, rmo.seed = 3;
   STRATA_ASSIGN_OR_RETURN(auto rmodel, llama::LlamaForCausalLM::Create(mc, rdevice.get(), rmo));
+
+  // --trace: the aio threads' spans and one span per timed decode step, NVMe runs only. Made
+  // before the store (destroyed after its aio threads) and uninstalled on every way out.
+  std::unique_ptr<Tracer> tracer;
+  if (!o.trace.empty()) tracer = std::make_unique<Tracer>(o.trace, 0);
+  struct Uninstall {
+    ~Uninstall() { SetCurrentTracer(nullptr); }
+  } uninstall;
 
   // ZeRO-Inference from NVMe on a small device.
   std::filesystem::remove_all(o.dir);
@@ -160,8 +172,10 @@ Status Run(const Options& o) {
           continue;
         }
         const uint64_t r0 = zi->stats().nvme_read_bytes;
+        SetCurrentTracer(tracer.get());
         STRATA_ASSIGN_OR_RETURN(
             double t, DecodeSeconds(model.get(), device.get(), s, zi.get(), batches[i], o));
+        SetCurrentTracer(nullptr);
         nvme_r[i].push_back(t);
         // prefill + untimed step + timed steps: one forward each
         if (i == 0) {
@@ -264,6 +278,7 @@ int main(int argc, char** argv) {
   flags.Int("rounds", &o.rounds, "ABBA rounds (medians reported)", 1);
   flags.Bytes("device-mem", &o.device_mem, "the emulated device's memory");
   flags.String("dir", &o.dir, "NVMe swap directory (removed after)");
+  flags.String("trace", &o.trace, "Chrome trace of the NVMe runs: aio spans, decode steps");
   flags.Bool("json", &o.json, "print JSON");
   std::vector<std::string> positional;
   if (strata::Status s = flags.Parse(argc, argv, 1, &positional); !s.ok()) {

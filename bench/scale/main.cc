@@ -92,6 +92,8 @@ json RunChild(const Args& a, int64_t layers, const std::string& dir) {
       std::to_string(a.o.bucket) + " --max-in-cpu " + std::to_string(a.o.max_in_cpu) +
       " --param-buffer-count " + std::to_string(a.o.param_buffers) + " --opt-buffer-count " +
       std::to_string(a.o.opt_buffers) + " --sweep-bytes " + std::to_string(a.o.sweep_bytes) +
+      (a.o.trace.empty() ? ""
+                         : " --trace '" + a.o.trace + "." + std::to_string(layers) + ".json'") +
       (a.quick ? " --quick" : "");
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) Die(1, "cannot start " + cmd);
@@ -341,6 +343,7 @@ int main(int argc, char** argv) {
   flags.Int("param-buffer-count", &o.param_buffers, "offload_param.buffer_count", 1, 64);
   flags.Int("opt-buffer-count", &o.opt_buffers, "offload_optimizer.buffer_count", 1, 64);
   flags.Bytes("sweep-bytes", &o.sweep_bytes, "swap-file bytes the bound's aio sweep reads");
+  flags.String("trace", &o.trace, "Chrome trace of each size's engine: <trace>.<layers>.json");
   flags.Int("threads", &o.threads, "threads for oneTBB (GEMMs, kernels) and the CPU optimizer", 1,
             256);
   std::vector<std::string> positional;

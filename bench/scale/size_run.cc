@@ -135,6 +135,9 @@ std::string ScaleConfigJson(const ScaleOptions& o, const std::string& dir, uint6
               {"pinned_memory_limit", o.cpu_budget},
               {"cpu_memory", cpu_memory}}}};
   if (o.dtype == "bf16") c["bf16"] = {{"enabled", true}};
+  if (!o.trace.empty()) {
+    c["strata"]["trace_path"] = o.trace;
+  }
   return c.dump();
 }
 

@@ -28,6 +28,9 @@ struct ScaleOptions {
   double link_gbps = 25.0;
   // Bytes of the swap files the aio sweep reads for the bound (and at most writes).
   uint64_t sweep_bytes = uint64_t{2} << 30;
+  // strata.trace_path of the engine ("": none); the parent gives each size's child
+  // <--trace>.<layers>.json.
+  std::string trace;
 };
 
 // The Llama of `layers` decoder layers at bench/scale's width (TinyLlama's: hidden 2048, MLP

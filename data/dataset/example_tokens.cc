@@ -11,31 +11,88 @@ bool IsPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 
 }  // namespace
 
+RenderedExample RenderExample(Example ex, const ChatTemplate* chat, const TokenizeOptions& options,
+                              std::string_view file, int64_t line_no) {
+  RenderedExample r;
+  r.example = std::move(ex);
+  if (r.example.kind == Example::Kind::kText) return r;
+  std::string where = std::string(file) + ":" + std::to_string(line_no);
+  if (chat == nullptr) {
+    r.status = FailedPreconditionError(where +
+                                       ": a conversation, but the model directory's "
+                                       "tokenizer_config.json has no chat_template to render it");
+    return r;
+  }
+  const auto& msgs = r.example.messages;
+  auto full = chat->Apply(msgs, /*add_generation_prompt=*/false);
+  if (!full.ok()) {
+    r.status = full.status().WithContext(where + ": messages");
+    return r;
+  }
+  r.full = std::move(*full);
+  if (options.train_on_prompt) return r;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    if (msgs[i]["role"] != "assistant") continue;
+    RenderedExample::Turn& turn = r.turns.emplace_back();
+    turn.message = i;
+    if (i > 0) {
+      nlohmann::ordered_json head(msgs.begin(), msgs.begin() + static_cast<ptrdiff_t>(i));
+      auto before = chat->Apply(head, /*add_generation_prompt=*/true);
+      if (!before.ok()) {
+        turn.before_status = before.status();
+        return r;
+      }
+      turn.before = std::move(*before);
+    }
+    // Note [Turn end]: the end of the turn's content is found by rendering the conversation
+    // again with a marker after this turn's content: the two renders agree up to there. The
+    // turn ends with the token after the content when that is a special token (<|eot_id|>,
+    // <|im_end|>, </s>: the model learns to stop); otherwise (Llama 2 writes " </s>") with the
+    // render of messages[:i+1], which must then be a prefix of the whole. Rendering messages[:i+1]
+    // alone is not enough: Llama 3's first template appends a generation prompt regardless, and
+    // Qwen3 drops the reasoning of turns that later turns follow.
+    nlohmann::ordered_json marked = msgs;
+    marked[i]["content"] = marked[i]["content"].get<std::string>() + "\x01\x02";
+    auto other = chat->Apply(marked, false);
+    if (!other.ok()) {
+      turn.marked_status = other.status();
+      return r;
+    }
+    const std::string& full_text = r.full;
+    size_t end_char = 0;
+    while (end_char < full_text.size() && end_char < other->size() &&
+           full_text[end_char] == (*other)[end_char]) {
+      ++end_char;
+    }
+    turn.content_end = end_char;
+  }
+  return r;
+}
+
 Result<ExampleTokens> ExampleTokenizer::Tokenize(const Example& ex, std::string_view file,
                                                  int64_t line_no) const {
+  return Tokenize(RenderExample(ex, chat_, options_, file, line_no), file, line_no);
+}
+
+Result<ExampleTokens> ExampleTokenizer::Tokenize(const RenderedExample& r, std::string_view file,
+                                                 int64_t line_no) const {
+  STRATA_RETURN_IF_ERROR(r.status);
   std::string where = std::string(file) + ":" + std::to_string(line_no);
   ExampleTokens out;
-  if (ex.kind == Example::Kind::kText) {
-    auto ids = tokenizer_->Encode(ex.text, /*add_special_tokens=*/true);
+  if (r.example.kind == Example::Kind::kText) {
+    auto ids = tokenizer_->Encode(r.example.text, /*add_special_tokens=*/true);
     if (!ids.ok()) return ids.status().WithContext(where + ": text");
     out.ids = std::move(*ids);
     auto eos = tokenizer_->EosId();
     if (eos && (out.ids.empty() || out.ids.back() != *eos)) out.ids.push_back(*eos);
     out.loss.assign(out.ids.size(), 1);
   } else {
-    if (chat_ == nullptr) {
-      return FailedPreconditionError(where +
-                                     ": a conversation, but the model directory's "
-                                     "tokenizer_config.json has no chat_template to render it");
-    }
-    auto full = chat_->Apply(ex.messages, /*add_generation_prompt=*/false);
-    if (!full.ok()) return full.status().WithContext(where + ": messages");
-    auto ids = tokenizer_->Encode(*full, /*add_special_tokens=*/false);
+    auto ids = tokenizer_->Encode(r.full, /*add_special_tokens=*/false);
     if (!ids.ok()) return ids.status().WithContext(where + ": rendered conversation");
     out.ids = std::move(*ids);
     out.loss.assign(out.ids.size(), options_.train_on_prompt ? 1 : 0);
     if (!options_.train_on_prompt) {
-      STRATA_RETURN_IF_ERROR(MarkAssistantTurns(ex, *full, out.ids, out.loss, where));
+      STRATA_RETURN_IF_ERROR(MarkAssistantTurns(r, out.ids, out.loss, where));
     }
   }
   if (options_.max_tokens > 0 && static_cast<int64_t>(out.ids.size()) > options_.max_tokens) {
@@ -52,21 +109,19 @@ Result<ExampleTokens> ExampleTokenizer::Tokenize(const Example& ex, std::string_
   return out;
 }
 
-Status ExampleTokenizer::MarkAssistantTurns(const Example& ex, const std::string& full,
+Status ExampleTokenizer::MarkAssistantTurns(const RenderedExample& r,
                                             const std::vector<int32_t>& ids,
                                             std::vector<uint8_t>& loss,
                                             const std::string& where) const {
-  const auto& msgs = ex.messages;
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    if (msgs[i]["role"] != "assistant") continue;
+  const auto& msgs = r.example.messages;
+  const std::string& full = r.full;
+  for (const RenderedExample::Turn& turn : r.turns) {
+    const size_t i = turn.message;
     std::string at = where + ": messages[" + std::to_string(i) + "] (assistant)";
     const char* advice =
         "; train on the whole conversation with --train-on all, or split the conversation";
-    std::string before;
-    if (i > 0) {
-      nlohmann::ordered_json head(msgs.begin(), msgs.begin() + static_cast<ptrdiff_t>(i));
-      STRATA_ASSIGN_OR_RETURN(before, chat_->Apply(head, /*add_generation_prompt=*/true));
-    }
+    STRATA_RETURN_IF_ERROR(turn.before_status);
+    const std::string& before = turn.before;
     if (full.compare(0, before.size(), before) != 0) {
       return InvalidArgumentError(at +
                                   ": the chat template renders the turns before this one "
@@ -81,20 +136,9 @@ Status ExampleTokenizer::MarkAssistantTurns(const Example& ex, const std::string
                                   "before, so the turn's tokens cannot be located exactly" +
                                   advice);
     }
-    // Note [Turn end]: the end of the turn's content is found by rendering the conversation
-    // again with a marker after this turn's content: the two renders agree up to there. The
-    // turn ends with the token after the content when that is a special token (<|eot_id|>,
-    // <|im_end|>, </s>: the model learns to stop); otherwise (Llama 2 writes " </s>") with the
-    // render of messages[:i+1], which must then be a prefix of the whole. Rendering messages[:i+1]
-    // alone is not enough: Llama 3's first template appends a generation prompt regardless, and
-    // Qwen3 drops the reasoning of turns that later turns follow.
-    nlohmann::ordered_json marked = msgs;
-    marked[i]["content"] = marked[i]["content"].get<std::string>() + "\x01\x02";
-    STRATA_ASSIGN_OR_RETURN(std::string other, chat_->Apply(marked, false));
-    size_t end_char = 0;
-    while (end_char < full.size() && end_char < other.size() && full[end_char] == other[end_char]) {
-      ++end_char;
-    }
+    // Note [Turn end] (RenderExample).
+    STRATA_RETURN_IF_ERROR(turn.marked_status);
+    const size_t end_char = turn.content_end;
     STRATA_ASSIGN_OR_RETURN(auto ids_content, tokenizer_->Encode(full.substr(0, end_char), false));
     if (end_char < before.size() || !IsPrefix(ids_content, ids)) {
       return InvalidArgumentError(at +
@@ -106,6 +150,7 @@ Status ExampleTokenizer::MarkAssistantTurns(const Example& ex, const std::string
     if (end_tokens < ids.size() && tokenizer_->IsSpecial(ids[end_tokens])) {
       ++end_tokens;
     } else {
+      STRATA_CHECK_MSG(chat_ != nullptr, "a conversation rendered without this chat template");
       nlohmann::ordered_json upto(msgs.begin(), msgs.begin() + static_cast<ptrdiff_t>(i) + 1);
       STRATA_ASSIGN_OR_RETURN(std::string through, chat_->Apply(upto, false));
       auto ids_through = tokenizer_->Encode(through, false);

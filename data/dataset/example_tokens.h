@@ -31,12 +31,37 @@ struct TokenizeOptions {
   Overlong overlong = Overlong::kTruncate;
 };
 
+// An example as the chat template renders it, before any tokenization: the half of
+// ExampleTokenizer::Tokenize that needs no tokenizer (RenderExample), so `strata data prepare`
+// can render lines while the tokenizer is still loading. A render failure is kept, not returned,
+// so that Tokenize reports the failures of one line in the same order as when it renders itself.
+struct RenderedExample {
+  Example example;
+  Status status;     // no chat template, or the whole conversation failed to render
+  std::string full;  // kChat: the conversation rendered without the generation prompt
+  // An assistant turn (only when the prompt is not trained); the last one may hold a failure,
+  // after which no later turn is rendered.
+  struct Turn {
+    size_t message = 0;      // its index in example.messages
+    Status before_status;    // rendering messages[:message] with the generation prompt
+    std::string before;      // that render ("" for the first message)
+    Status marked_status;    // rendering with a marker after this turn's content
+    size_t content_end = 0;  // where that render parts from `full` (Note [Turn end])
+  };
+  std::vector<Turn> turns;
+};
+
 struct ExampleTokens {
   std::vector<int32_t> ids;
   std::vector<uint8_t> loss;  // 1 where the token is a label in the loss
   bool truncated = false;
   bool skipped = false;  // longer than max_tokens with Overlong::kSkip (ids empty)
 };
+
+// Renders `ex` with `chat` (may be null: a chat example then carries the error). `file` and
+// `line_no` name the example in errors. Thread-safe as ChatTemplate::Apply is.
+RenderedExample RenderExample(Example ex, const ChatTemplate* chat, const TokenizeOptions& options,
+                              std::string_view file, int64_t line_no);
 
 class ExampleTokenizer {
  public:
@@ -51,13 +76,16 @@ class ExampleTokenizer {
   // differently once later turns follow, or its first token merges with the prompt's last) -
   // the message advises --train-on all, which trains the whole conversation.
   Result<ExampleTokens> Tokenize(const Example& ex, std::string_view file, int64_t line_no) const;
+  // The same for an example RenderExample rendered with this tokenizer's chat template and
+  // options: Tokenize(ex) is Tokenize(RenderExample(ex, chat, options, file, line_no)).
+  Result<ExampleTokens> Tokenize(const RenderedExample& rendered, std::string_view file,
+                                 int64_t line_no) const;
 
   const TokenizeOptions& options() const { return options_; }
 
  private:
-  Status MarkAssistantTurns(const Example& ex, const std::string& full,
-                            const std::vector<int32_t>& ids, std::vector<uint8_t>& loss,
-                            const std::string& where) const;
+  Status MarkAssistantTurns(const RenderedExample& r, const std::vector<int32_t>& ids,
+                            std::vector<uint8_t>& loss, const std::string& where) const;
 
   const tokenizers::Tokenizer* tokenizer_;
   const ChatTemplate* chat_;

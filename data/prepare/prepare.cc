@@ -2,17 +2,14 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "data/prepare/line_pipeline.h"
 #include "models/data/token_file.h"
 
 namespace strata::data {
@@ -22,11 +19,21 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 Result<std::string> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open (no such file?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return NotFoundError(path + ": cannot open (no such file?)");
+  std::string text;
+  char buf[1 << 16];
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    const long size = std::ftell(f);
+    if (size > 0) text.reserve(static_cast<size_t>(size));
+    std::rewind(f);
+  }
+  size_t got = 0;
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return ErrnoToStatus(errno, "read " + path);
+  return text;
 }
 
 Status WriteFile(const std::string& path, const void* data, size_t bytes) {
@@ -38,9 +45,97 @@ Status WriteFile(const std::string& path, const void* data, size_t bytes) {
   return Status::Ok();
 }
 
-struct LineResult {
-  ExampleTokens tokens;
-  bool blank = false;
+using internal::ThreadCpuSeconds;
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The three files of a prepared directory, written under per-process names in `dir` and renamed
+// into place by Commit. Until then, destruction removes them (and `dir`, when this made it and
+// it is left empty), so a failed preparation leaves nothing under the final names.
+class OutputFiles {
+ public:
+  static Result<OutputFiles> Open(const std::string& dir) {
+    OutputFiles f;
+    f.dir_ = dir;
+    std::error_code ec;
+    f.made_dir_ = !fs::exists(dir, ec);
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("create " + dir + ": " + ec.message());
+    f.tmp_ = dir + "/.tmp" + std::to_string(getpid());
+    for (auto [file, name] :
+         {std::pair{&f.tokens_, "tokens.bin"}, std::pair{&f.mask_, "mask.bin"}}) {
+      const std::string path = f.tmp_ + "." + name;
+      *file = std::fopen(path.c_str(), "wb");
+      if (*file == nullptr) return ErrnoToStatus(errno, "open " + path);
+      std::setvbuf(*file, nullptr, _IOFBF, 1 << 20);
+    }
+    return f;
+  }
+  OutputFiles(OutputFiles&& o) noexcept { *this = std::move(o); }
+  OutputFiles& operator=(OutputFiles&& o) noexcept {
+    std::swap(dir_, o.dir_);
+    std::swap(tmp_, o.tmp_);
+    std::swap(made_dir_, o.made_dir_);
+    std::swap(tokens_, o.tokens_);
+    std::swap(mask_, o.mask_);
+    std::swap(committed_, o.committed_);
+    return *this;
+  }
+  ~OutputFiles() {
+    if (tokens_) std::fclose(tokens_);
+    if (mask_) std::fclose(mask_);
+    if (committed_ || tmp_.empty()) return;
+    std::error_code ec;
+    for (const char* name : {"tokens.bin", "mask.bin", "prepared.json"}) {
+      fs::remove(tmp_ + "." + name, ec);
+    }
+    if (made_dir_) fs::remove(dir_, ec);  // only if empty
+  }
+
+  std::FILE* tokens() const { return tokens_; }
+  std::FILE* mask() const { return mask_; }
+  std::string tokens_path() const { return tmp_ + ".tokens.bin"; }
+  std::string mask_path() const { return tmp_ + ".mask.bin"; }
+
+  Status WriteTokens(const void* data, size_t bytes) {
+    if (std::fwrite(data, 1, bytes, tokens_) != bytes) {
+      return ErrnoToStatus(errno, "write " + tokens_path());
+    }
+    return Status::Ok();
+  }
+  // Overwrites the token file's first `bytes` (its header, once the count is known).
+  Status RewriteTokenHeader(const void* data, size_t bytes) {
+    if (std::fflush(tokens_) != 0 || std::fseek(tokens_, 0, SEEK_SET) != 0) {
+      return ErrnoToStatus(errno, "write " + tokens_path());
+    }
+    return WriteTokens(data, bytes);
+  }
+  // Closes the two files, writes prepared.json, and renames the three into place.
+  Status Commit(const std::string& meta) {
+    for (auto [file, path] : {std::pair{&tokens_, tokens_path()}, std::pair{&mask_, mask_path()}}) {
+      const int rc = std::fclose(*file);
+      *file = nullptr;
+      if (rc != 0) return ErrnoToStatus(errno, "write " + path);
+    }
+    STRATA_RETURN_IF_ERROR(WriteFile(tmp_ + ".prepared.json", meta.data(), meta.size()));
+    std::error_code ec;
+    for (const char* name : {"tokens.bin", "mask.bin", "prepared.json"}) {
+      fs::rename(tmp_ + "." + name, dir_ + "/" + name, ec);
+      if (ec) return IoError("rename into " + dir_ + "/" + name + ": " + ec.message());
+    }
+    committed_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  OutputFiles() = default;
+  std::string dir_, tmp_;
+  bool made_dir_ = false;
+  std::FILE* tokens_ = nullptr;
+  std::FILE* mask_ = nullptr;
+  bool committed_ = false;
 };
 
 }  // namespace
@@ -59,8 +154,11 @@ std::string PrepareSummary::ToString() const {
 Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::string& model_dir,
                                       const std::string& out_dir, const PrepareOptions& options,
                                       const std::string& key, const PrepareProgress& progress) {
-  auto t0 = std::chrono::steady_clock::now();
-  STRATA_ASSIGN_OR_RETURN(auto tokenizer, tokenizers::Tokenizer::FromModelDir(model_dir));
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ThreadCpuSeconds();
+  auto load_tokenizer = [&] { return tokenizers::Tokenizer::FromModelDir(model_dir); };
+  // A missing tokenizer is reported before anything else (the loader below runs in parallel).
+  if (!fs::exists(fs::path(model_dir) / "tokenizer.json")) return load_tokenizer().status();
   std::optional<ChatTemplate> chat;
   if (fs::exists(fs::path(model_dir) / "tokenizer_config.json")) {
     auto t = ChatTemplate::FromModelDir(model_dir);
@@ -70,7 +168,6 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
       return t.status();  // a template that does not parse; none at all is fine for text lines
     }
   }
-  ExampleTokenizer example_tokenizer(&tokenizer, chat ? &*chat : nullptr, options.tokenize);
   STRATA_ASSIGN_OR_RETURN(std::string text, ReadAll(jsonl));
   std::vector<std::string_view> lines;
   for (size_t p = 0; p < text.size();) {
@@ -81,111 +178,39 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
   }
   if (lines.empty()) return InvalidArgumentError(jsonl + ": the file is empty");
 
-  const int64_t n = static_cast<int64_t>(lines.size());
-  const int threads = std::max(1, std::min<int>(options.threads, static_cast<int>(n)));
-  std::vector<LineResult> results(lines.size());
-  std::vector<Status> errors(static_cast<size_t>(threads));
-  std::vector<int64_t> error_line(static_cast<size_t>(threads), -1);
-  std::atomic<int64_t> done{0};
-  auto work = [&](int w) {
-    int64_t begin = n * w / threads, end = n * (w + 1) / threads;
-    for (int64_t k = begin; k < end; ++k) {
-      std::string_view line = lines[static_cast<size_t>(k)];
-      bool blank = line.find_first_not_of(" \t\r") == std::string_view::npos;
-      if (blank) {
-        results[static_cast<size_t>(k)].blank = true;
-      } else {
-        auto ex = ParseExampleLine(line, jsonl, k + 1);
-        Result<ExampleTokens> toks = ex.ok() ? example_tokenizer.Tokenize(*ex, jsonl, k + 1)
-                                             : Result<ExampleTokens>(ex.status());
-        if (!toks.ok()) {
-          errors[static_cast<size_t>(w)] = toks.status();
-          error_line[static_cast<size_t>(w)] = k;
-          return;
-        }
-        results[static_cast<size_t>(k)].tokens = std::move(*toks);
-      }
-      done.fetch_add(1, std::memory_order_relaxed);
-    }
-  };
-  auto t_work = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  if (progress) {
-    std::atomic<bool> finished{false};
-    std::thread reporter([&] {
-      while (!finished.load()) {
-        progress(done.load(), n);
-        for (int k = 0; k < 10 && !finished.load(); ++k) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      }
-    });
-    work(0);
-    for (auto& t : pool) t.join();
-    finished = true;
-    reporter.join();
-    progress(done.load(), n);
-  } else {
-    work(0);
-    for (auto& t : pool) t.join();
-  }
-  for (size_t w = 0; w < errors.size(); ++w) {
-    if (!errors[w].ok()) return errors[w];  // workers own ascending line ranges: first is first
-  }
-  const double tokenize_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_work).count();
+  // Per-process names, renamed into place at the end: ranks of one run preparing the same cache
+  // entry at once each write whole files, and the last rename wins with identical content.
+  STRATA_ASSIGN_OR_RETURN(OutputFiles out, OutputFiles::Open(out_dir));
+  // llm.c's header comes first: its token count is written once known.
+  std::vector<int32_t> header(256, 0);
+  STRATA_RETURN_IF_ERROR(out.WriteTokens(header.data(), kLlmcHeaderBytes));
 
+  const double setup_seconds = Since(t0), setup_cpu = ThreadCpuSeconds() - cpu0;
+  internal::LinePipeline pipeline(std::move(lines), jsonl, chat ? &*chat : nullptr,
+                                  options.tokenize, out.tokens(), out.mask());
+  STRATA_RETURN_IF_ERROR(pipeline.Run(load_tokenizer, options.threads, options.lines_per_chunk,
+                                      out.tokens_path(), out.mask_path(), progress));
+  const auto t_finish = std::chrono::steady_clock::now();
+  const double cpu_finish = ThreadCpuSeconds();
+  const internal::LineCounts& n = pipeline.counts();
   PrepareSummary s;
-  s.tokenize_seconds = tokenize_seconds;
-  s.vocab_size = tokenizer.VocabSize();
-  std::vector<uint8_t> mask;
-  std::vector<uint32_t> ids;
-  for (const auto& r : results) {
-    if (r.blank) {
-      ++s.blank_lines;
-      continue;
-    }
-    if (r.tokens.skipped) {
-      ++s.skipped;
-      continue;
-    }
-    if (r.tokens.ids.empty()) continue;
-    ++s.examples;
-    s.truncated += r.tokens.truncated;
-    for (size_t t = 0; t < r.tokens.ids.size(); ++t) {
-      ids.push_back(static_cast<uint32_t>(r.tokens.ids[t]));
-      uint8_t m = (r.tokens.loss[t] ? kMaskLoss : 0) | (t == 0 ? kMaskStart : 0);
-      s.loss_tokens += r.tokens.loss[t] != 0;
-      mask.push_back(m);
-    }
-  }
-  s.tokens = static_cast<int64_t>(ids.size());
+  s.examples = n.examples;
+  s.skipped = n.skipped;
+  s.truncated = n.truncated;
+  s.blank_lines = n.blank_lines;
+  s.tokens = n.tokens;
+  s.loss_tokens = n.loss_tokens;
+  s.vocab_size = pipeline.tokenizer().VocabSize();
   if (s.examples == 0) {
     return InvalidArgumentError(jsonl + ": no examples left (" + s.ToString() +
                                 "); raise --max-length or use --overlong truncate");
   }
-
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return IoError("create " + out_dir + ": " + ec.message());
-  // llm.c's header: magic, version (1: uint16 ids, 2: uint32), token count; then the ids.
-  const bool narrow = s.vocab_size <= 65536;
-  std::vector<int32_t> header(256, 0);
-  header[0] = kLlmcMagic;
-  header[1] = narrow ? 1 : 2;
-  header[2] = static_cast<int32_t>(s.tokens);
   if (s.tokens > INT32_MAX) return InvalidArgumentError(jsonl + ": more than 2^31 tokens");
-  std::string bin(reinterpret_cast<const char*>(header.data()), kLlmcHeaderBytes);
-  for (uint32_t id : ids) {
-    bin.append(reinterpret_cast<const char*>(&id), narrow ? 2 : 4);  // little-endian host
-  }
-  // Per-process names, renamed into place: ranks of one run preparing the same cache entry at
-  // once each write whole files, and the last rename wins with identical content.
-  std::string tmp = out_dir + "/.tmp" + std::to_string(getpid());
-  STRATA_RETURN_IF_ERROR(WriteFile(tmp + ".tokens.bin", bin.data(), bin.size()));
-  STRATA_RETURN_IF_ERROR(WriteFile(tmp + ".mask.bin", mask.data(), mask.size()));
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // llm.c's header: magic, version (1: uint16 ids, 2: uint32), token count; then the ids.
+  header[0] = kLlmcMagic;
+  header[1] = s.vocab_size <= 65536 ? 1 : 2;
+  header[2] = static_cast<int32_t>(s.tokens);
+  STRATA_RETURN_IF_ERROR(out.RewriteTokenHeader(header.data(), kLlmcHeaderBytes));
   json meta = {{"key", key},
                {"source", jsonl},
                {"model", model_dir},
@@ -199,12 +224,13 @@ Result<PrepareSummary> PrepareDataset(const std::string& jsonl, const std::strin
                {"train_on", options.tokenize.train_on_prompt ? "all" : "responses"},
                {"max_length", options.tokenize.max_tokens},
                {"overlong", options.tokenize.overlong == Overlong::kSkip ? "skip" : "truncate"}};
-  std::string meta_text = meta.dump(2) + "\n";
-  STRATA_RETURN_IF_ERROR(WriteFile(tmp + ".prepared.json", meta_text.data(), meta_text.size()));
-  for (const char* name : {"tokens.bin", "mask.bin", "prepared.json"}) {
-    fs::rename(tmp + "." + name, out_dir + "/" + name, ec);
-    if (ec) return IoError("rename into " + out_dir + "/" + name + ": " + ec.message());
-  }
+  STRATA_RETURN_IF_ERROR(out.Commit(meta.dump(2) + "\n"));
+  s.phases = pipeline.phases();
+  s.phases.setup_seconds = setup_seconds;
+  s.phases.setup_cpu = setup_cpu;
+  s.phases.finish_seconds = Since(t_finish);
+  s.phases.finish_cpu = ThreadCpuSeconds() - cpu_finish;
+  s.seconds = Since(t0);
   return s;
 }
 

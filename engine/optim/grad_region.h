@@ -71,7 +71,8 @@ struct GradRegionOptions {
 // Pinned bytes GradRegion takes for `options` (the memory plan uses it), and the bytes its
 // region reserves on NVMe for a partition of `numel`.
 uint64_t GradRegionCpuBytes(const GradRegionOptions& options, size_t numel);
-// The chunk buffers it makes: buffer_count, but no more than there are chunks.
+// The chunk buffers it makes: buffer_count, but no more than there are chunks, and one more to
+// read through when the chunks do not all fit (Note [A buffer to read through]).
 size_t GradRegionBufferCount(const GradRegionOptions& options, size_t numel);
 uint64_t GradRegionNvmeBytes(size_t chunk_numel, size_t numel);
 
@@ -140,6 +141,9 @@ class GradRegion final : public GradTarget {
   std::string Where(size_t c) const;
   // The buffer holding chunk c, loaded (read back or zeroed) if needed.
   Result<Buffer*> Load(size_t c, bool for_add);
+  // Chunk c's current values to read: its add buffer if resident, else the read buffer (Note [A
+  // buffer to read through]).
+  Result<const float*> ReadView(size_t c);
   // Starts b's write if dirty (taking the norm sums first on the last pass).
   Status WriteOut(Buffer& b);
   Status WaitWrite(Buffer& b);
@@ -151,9 +155,11 @@ class GradRegion final : public GradTarget {
   std::unique_ptr<SwapSpace> space_;
   std::unique_ptr<PinnedPool> pool_;
   std::vector<SwapId> chunk_ids_;
-  std::vector<Buffer> buffers_;
-  std::vector<char> has_data_;  // per chunk: this step wrote it (on NVMe or in a buffer)
-  std::vector<char> touched_;   // per chunk: this pass wrote it
+  std::vector<Buffer> buffers_;  // the chunks being added into
+  PinnedBuffer read_buf_;        // Note [A buffer to read through] (empty: every chunk fits)
+  int read_chunk_ = -1;          // the chunk read_buf_ holds, or -1
+  std::vector<char> has_data_;   // per chunk: this step wrote it (on NVMe or in a buffer)
+  std::vector<char> touched_;    // per chunk: this pass wrote it
   std::vector<double> norm_sums_;
   uint64_t clock_ = 0;
   bool last_pass_ = false;

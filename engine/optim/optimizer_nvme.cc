@@ -496,6 +496,11 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
 void NvmeOptimizerState::AddTo(StepBreakdown* b) const {
   b->nvme_read_bytes += sg_bytes_read_;
   b->nvme_write_bytes += sg_bytes_written_;
+  if (region_ != nullptr) {  // the gradient region's traffic since the last step's figures
+    const GradRegion::Stats rs = region_->TakeStats();
+    b->nvme_read_bytes += rs.bytes_read;
+    b->nvme_write_bytes += rs.bytes_written;
+  }
   if (!swapper_stepped_) {
     b->io_wait_ms += sg_wait_ms_;
     b->cpu_adam_ms += sg_update_ms_;

@@ -210,18 +210,11 @@ class NvmeParamStore final : public ParamStore {
         s.state = State::kAcquired;
         s.acquired = 1;
         return ShardView{s.data, true};
-      case State::kFilling:  // Note [Filling a shard]: written as it is, then read as usual
+      case State::kFilling:  // Note [Filling a shard]: its write starts now
         STRATA_RETURN_IF_ERROR(FinishFill(param));
         [[fallthrough]];
-      case State::kWriting:  // its write-back is in flight: finish it, then read as usual
-        STRATA_RETURN_IF_ERROR(FlushOne(param));
-        if (!s.written) {
-          STRATA_RETURN_IF_ERROR(WithRoom(param, [&] { return AllocateZeroed(param); }));
-          break;
-        }
-        STRATA_RETURN_IF_ERROR(WithRoom(param, [&] {
-                                 return swapper_->SwapIn({&id, 1});
-                               }).WithContext(Where(param, "read")));
+      case State::kWriting:  // Note [Served from the write-back]
+        STRATA_RETURN_IF_ERROR(FinishWriteKeep(param));
         break;
       case State::kPrefetched:
         Unprefetch(param);
@@ -647,6 +640,24 @@ class NvmeParamStore final : public ParamStore {
     slots_[param].data = nullptr;
     if (!st.ok()) return st.WithContext(Where(param, "write"));
     slots_[param].written = true;
+    return Status::Ok();
+  }
+
+  // Note [Served from the write-back]: Acquire waits for shard `param`'s write in flight and keeps
+  // its buffer, which holds exactly the bytes written: the gather reads them from there. Flushing
+  // the write and reading the shard back (as Acquire once did) read every updated shard of the
+  // step again, one synchronous read per gather: the next forward's reads, one at a time.
+  Status FinishWriteKeep(size_t param) {
+    auto it = std::find(writing_.begin(), writing_.end(), param);
+    if (it == writing_.end()) return Status::Ok();
+    writing_.erase(it);
+    const ParamId id = static_cast<ParamId>(param);
+    Slot& s = slots_[param];
+    s.state = State::kIdle;
+    s.data = nullptr;
+    // A failed write keeps its buffer in the swapper (the only copy), as FlushOne's Release does.
+    STRATA_RETURN_IF_ERROR(swapper_->WaitOut({&id, 1}).WithContext(Where(param, "write")));
+    s.written = true;
     return Status::Ok();
   }
 

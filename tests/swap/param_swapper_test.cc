@@ -224,6 +224,51 @@ TEST_P(ParamSwapperTest, EnospcAtSwapOutIsReportedAndTheDataStaysInMemory) {
   EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
 }
 
+// WaitOut finishes a swap-out and keeps the buffer: the bytes written are served without a read;
+// a failed write is reported there and the buffer (the only copy) stays, as with Release.
+TEST_P(ParamSwapperTest, WaitOutKeepsTheWrittenBufferAndReportsAFailedWrite) {
+  testing::FaultPlan plan;
+  plan.enospc_every = 1;
+  plan.armed = std::make_shared<std::atomic<bool>>(false);
+  auto aio = MakeAio(plan);
+  auto sw = std::move(ParamSwapper::Create(Options(), aio.get())).value();
+  ASSERT_TRUE(sw->Register(5, 250'000).ok());
+  auto b = *sw->Allocate(5);
+  FillRandom(b.data(), b.size(), TestSeed());
+  std::vector<uint8_t> truth(b.begin(), b.end());
+  ParamId id = 5;
+  ASSERT_THAT(sw->SwapOut({&id, 1}), ::strata::testing::IsOk());
+  ASSERT_THAT(sw->WaitOut({&id, 1}), ::strata::testing::IsOk());
+  EXPECT_EQ(sw->stats().bytes_read, 0u);
+  EXPECT_EQ(sw->stats().buffer_bytes_used, sw->stats().buffer_bytes_peak);  // still held
+  auto d = sw->Data(5);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
+  // The write really reached NVMe: released and read back, the same bytes.
+  ASSERT_THAT(sw->Release({&id, 1}), ::strata::testing::IsOk());
+  ASSERT_THAT(sw->SwapIn({&id, 1}), ::strata::testing::IsOk());
+  ASSERT_THAT(sw->WaitIn({&id, 1}), ::strata::testing::IsOk());
+  d = sw->Data(5);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
+  EXPECT_EQ(sw->stats().bytes_read, 250'000u * 2);
+
+  // A write that fails: WaitOut says so, the buffer stays and may not be released.
+  FillRandom(d->data(), d->size(), TestSeed() + 1);
+  truth.assign(d->begin(), d->end());
+  plan.armed->store(true);
+  ASSERT_THAT(sw->SwapOut({&id, 1}), ::strata::testing::IsOk());
+  Status s = sw->WaitOut({&id, 1});
+  EXPECT_THAT(s, StatusIs(StatusCode::kIoError,
+                          AllOf(HasSubstr("param 5"), HasSubstr("No space left on device"))));
+  d = sw->Data(5);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(std::equal(d->begin(), d->end(), truth.begin(), truth.end()));
+  EXPECT_THAT(sw->Release({&id, 1}), StatusIs(StatusCode::kFailedPrecondition,
+                                              AllOf(HasSubstr("param 5"), HasSubstr("only copy"))));
+  plan.armed->store(false);
+}
+
 // A parameter that was registered but never written has nothing on NVMe: a swap-in says so and
 // leaves it on NVMe, with its buffer given back.
 TEST_P(ParamSwapperTest, SwapInOfANeverWrittenParamFailsAndFreesItsBuffer) {

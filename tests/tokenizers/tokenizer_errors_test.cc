@@ -73,6 +73,27 @@ TEST_F(TokenizerFileTest, MergesByRankAndAddsTheTemplateTokens) {
   EXPECT_EQ(tok->VocabSize(), 10);
 }
 
+// Newer files write a merge as [left, right]; older ones as "left right". Either way, and wherever
+// "model" stands among the file's keys, the ranks are the same.
+TEST_F(TokenizerFileTest, ReadsMergesWrittenAsPairsOrStrings) {
+  Json j = Tiny();
+  j["model"]["merges"] = Json::parse(R"([["b", "c"], ["a", "b"], ["a", "bc"]])");
+  auto pairs = Load(j);
+  ASSERT_THAT(pairs, IsOk());
+  EXPECT_THAT(*pairs->Encode("abc ab bc", false), ElementsAre(5, 3, 4));
+  // "model" first, then the rest (a JSON dump sorts the keys; this writes them by hand).
+  Json rest = Tiny();
+  rest.erase("model");
+  std::string text = "{\"model\": " + Tiny()["model"].dump() + ", " + rest.dump().substr(1);
+  path_ = dir_.File("tokenizer.json");
+  std::ofstream(path_) << text;
+  auto first = Tokenizer::FromFile(path_);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(*first->Encode("abc ab bc"), ElementsAre(7, 5, 3, 4, 8));
+  EXPECT_EQ(first->IdToToken(5), "abc");
+  EXPECT_EQ(first->TokenToId("bc"), 4);
+}
+
 TEST_F(TokenizerFileTest, FallsBackToBytesThenFusesUnknowns) {
   auto tok = Load(Tiny());
   ASSERT_THAT(tok, IsOk());
@@ -147,6 +168,20 @@ TEST_F(TokenizerFileTest, RefusesUnsupportedComponentsNamingTheJsonPath) {
       {"/model/merges/1", "a q", StatusCode::kInvalidArgument,
        "model.merges[1]: 'q' is not in the vocabulary"},
       {"/model/unk_token", "<nope>", StatusCode::kInvalidArgument, "model.unk_token: '<nope>'"},
+      // The vocab and merges are streamed out of the file (tokenizers/tokenizer_json.h); any other
+      // shape in them is read as a tree again, which names the entry at fault.
+      {"/model/vocab/a", "zero", StatusCode::kInvalidArgument,
+       "model.vocab['a']: expected a non-negative 32-bit id, got \"zero\""},
+      {"/model/vocab/b", -1, StatusCode::kInvalidArgument,
+       "model.vocab['b']: expected a non-negative 32-bit id, got -1"},
+      {"/model/vocab", Json::array(), StatusCode::kInvalidArgument,
+       "model.vocab: expected an object {token: id}"},
+      {"/model/merges/2", "a b c", StatusCode::kInvalidArgument,
+       "model.merges[2]: expected \"left right\", got 'a b c'"},
+      {"/model/merges/0", Json::array({"b"}), StatusCode::kInvalidArgument,
+       "model.merges[0]: expected \"left right\" or [left, right], got [\"b\"]"},
+      {"/model/merges/1", 5, StatusCode::kInvalidArgument,
+       "model.merges[1]: expected \"left right\" or [left, right], got 5"},
       {"/post_processor/type", "RobertaProcessing", StatusCode::kUnimplemented,
        "post_processor.type: 'RobertaProcessing' is not supported"},
       {"/decoder/decoders/1", Json::parse(R"({"type": "WordPiece"})"), StatusCode::kUnimplemented,

@@ -102,6 +102,48 @@ double ReferenceSquaredNorm(const std::vector<float>& g) {
   return total;
 }
 
+// Note [A buffer to read through]: the overlapped step reads finished chunks while backward adds
+// into later ones. Its reads must not evict the chunks being added into: here every chunk leaves
+// its add buffer once (one write) and is read once, and what is read equals the adds (a host array
+// given the same adds). Through the add buffers' LRU each read of a chunk that had left its buffer
+// evicted one being added into (an extra write, and a read-back at its next add).
+TEST(GradRegionTest, ReadsOfFinishedChunksDoNotEvictTheChunksBeingAddedInto) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, 2);
+  ASSERT_NE(r.region, nullptr);
+  EXPECT_EQ(r.region->cpu_bytes(), 3 * kChunk * sizeof(float));  // two to add into, one to read
+  std::vector<float> ref(kNumel, 0.0f);
+  std::mt19937_64 rng(TestSeed());
+  std::normal_distribution<float> d;
+  auto add = [&](size_t b, size_t n) {
+    std::vector<float> src(n);
+    for (float& x : src) x = d(rng);
+    for (size_t i = 0; i < n; ++i) ref[b + i] += src[i];
+    return r.region->Add(b, src.data(), n);
+  };
+  auto expect_read = [&](size_t c) {
+    const size_t n = std::min(kChunk, kNumel - c * kChunk);
+    std::vector<float> got(n, -1.0f);
+    ASSERT_THAT(r.region->Read(c * kChunk, n, got.data()), IsOk());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin() + c * kChunk)) << "chunk " << c;
+  };
+  ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+  // Backward order, chunks 4 to 0, each in two halves; between them the step reads the chunk
+  // finished two chunks earlier (4 while 2 is added, 3 while 1 is, 2 while 0 is).
+  const size_t h = kChunk / 2;
+  for (size_t c = 5; c-- > 0;) {
+    ASSERT_THAT(add(c * kChunk + h, h), IsOk());
+    if (c + 2 <= 4) expect_read(c + 2);
+    ASSERT_THAT(add(c * kChunk, h), IsOk());
+  }
+  ASSERT_THAT(r.region->EndPass(), IsOk());
+  const GradRegion::Stats st = r.region->TakeStats();
+  EXPECT_EQ(st.bytes_written, 3 * kChunk * sizeof(float));  // chunks 4, 3, 2: once each
+  EXPECT_EQ(st.bytes_read, 3 * kChunk * sizeof(float));     // the same, read once each
+  for (size_t c = 0; c < 6; ++c) expect_read(c);
+  EXPECT_EQ(r.region->SquaredNorm(), ReferenceSquaredNorm(ref));
+}
+
 class GradRegionBuffersTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GradRegionBuffersTest, AccumulatesTwoMicroBatchesLikeTheHostPartitionBitwise) {

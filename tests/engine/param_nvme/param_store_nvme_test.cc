@@ -209,7 +209,32 @@ TEST(NvmeParamStoreTest, AShardGatheredAgainWhileItsBufferIsFreeIsNotReadAgain) 
     EXPECT_EQ(std::memcmp(v->data, a.data() + f.layout.slices()[1].flat_offset * 4, 4000), 0);
     ASSERT_THAT(f.store->Done(1, f.stream), IsOk());
   }
-  EXPECT_EQ(f.store->nvme_read_bytes(), 4000u);  // once: Done keeps the buffer until needed
+  // Its write was finished to make room for the later shards': read once, then Done keeps the
+  // buffer until it is needed.
+  EXPECT_EQ(f.store->nvme_read_bytes(), 4000u);
+}
+
+// After a Write, the shards whose writes are still in flight (the buffers hold the last two) are
+// served from their buffers without a read; the ones flushed earlier to make room are read. Every
+// shard holds what was written either way.
+TEST(NvmeParamStoreTest, AShardWhoseWriteIsInFlightIsServedFromItsBuffer) {
+  Fixture f(DType::kFloat32, /*max_in_cpu=*/0, /*buffer_count=*/4);
+  ASSERT_NE(f.store, nullptr);
+  const std::vector<uint8_t> a = testing::RandomBytes(f.bytes(), testing::TestSeed());
+  ASSERT_THAT(f.store->Write(0, a.data(), f.layout.partition_numel(), f.stream), IsOk());
+  // Shards 5 (2000) and 4 (1) were written last: both still in a buffer.
+  for (size_t i : {size_t{5}, size_t{4}}) {
+    const ShardSlice& s = f.layout.slices()[i];
+    Result<ShardView> v = f.store->Acquire(i);
+    ASSERT_THAT(v.status(), IsOk());
+    EXPECT_EQ(std::memcmp(v->data, a.data() + s.flat_offset * 4, s.shard_numel * 4), 0);
+    ASSERT_THAT(f.store->Done(i, f.stream), IsOk());
+  }
+  EXPECT_EQ(f.store->nvme_read_bytes(), 0u);
+  // Every shard, served from a buffer or read back after the writes finish, holds what was written.
+  ASSERT_THAT(f.store->Drain(), IsOk());
+  f.ExpectShards(a);
+  f.ExpectShards(a);
 }
 
 TEST(NvmeParamStoreTest, AcquireNestsAndDoneWithoutAcquireIsRefused) {
