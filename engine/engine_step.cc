@@ -37,7 +37,7 @@ Status Engine::ReduceBoundaryGradients() {
 
 namespace {
 
-double NowMs() {
+double StepNowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -45,7 +45,7 @@ double NowMs() {
 
 // Adds the milliseconds since `t0` to *ms and returns now.
 double Lap(double t0, double* ms) {
-  const double t = NowMs();
+  const double t = StepNowMs();
   *ms += t - t0;
   return t;
 }
@@ -70,7 +70,7 @@ Result<float> AllReduceScalar(Communicator& comm, Device& device, const Stream& 
 Status Engine::Step() {
   if (!IsGradientAccumulationBoundary()) return Status::Ok();
   Impl& im = *impl_;
-  const double t0 = NowMs();
+  const double t0 = StepNowMs();
   Status s;
   {
     TraceSpan span(im.tracer.get(), "step", "engine");
@@ -79,13 +79,13 @@ Status Engine::Step() {
       s = ReduceBoundaryGradients();
       if (s.ok()) s = im.compute.Synchronize();
       if (s.ok() && comm_.world_size() > 1) {
-        im.breakdown.collectives_ms += NowMs() - t0;
+        im.breakdown.collectives_ms += StepNowMs() - t0;
         im.breakdown.collective_bytes += im.full_numel * sizeof(float);
       }
     }
     if (s.ok()) s = ApplyStep();
   }
-  const double t1 = NowMs();
+  const double t1 = StepNowMs();
   im.breakdown.step_ms += t1 - t0;
   // The step synchronised the compute stream: every forward/backward event has completed.
   if (im.compute.Synchronize().ok()) {
@@ -119,7 +119,7 @@ Status Engine::ApplyStep() {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
   }
   StepBreakdown& b = im.breakdown;
-  double t = NowMs();
+  double t = StepNowMs();
   if (im.overlap != nullptr && im.overlap->active()) {
     // strata.overlap_step: the ready sub-groups crossed (and stepped) during backward; waits for
     // them and copies the rest (engine/optim/step_overlap.h).
@@ -203,7 +203,7 @@ Status Engine::ApplyStep() {
   }
   {
     TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
-    t = NowMs();
+    t = StepNowMs();
     if (nvme != nullptr) {
       if (im.param_target != nullptr) {  // each sub-group's update goes to the store at once
         STRATA_RETURN_IF_ERROR(
@@ -284,7 +284,7 @@ Status Engine::WriteBackParameters(const std::vector<char>& written) {
     }
   } else if (im.host_opt && !im.shards_on_host) {
     TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
-    const double t = NowMs();
+    const double t = StepNowMs();
     // Partial offload: the device sub-groups [0, split) already wrote shard_flat.
     const size_t split = opt_ != nullptr ? opt_->device_numel() : 0;
     const size_t bytes = (layout_.partition_numel() - split) * cbytes;
@@ -302,7 +302,7 @@ Status Engine::WriteBackParameters(const std::vector<char>& written) {
   }
   TraceSpan span(im.tracer.get(), im.compute_track,
                  im.part_world == 1 ? "copy params" : "all-gather params", "comm");
-  const double t = NowMs();
+  const double t = StepNowMs();
   for (size_t i = 0; i < params_.size(); ++i) {
     const ShardSlice& s = layout_.slices()[i];
     const uint8_t* shard = static_cast<const uint8_t*>(im.shard_flat) + s.flat_offset * cbytes;

@@ -10,7 +10,7 @@
 namespace strata {
 
 namespace {
-constexpr size_t kAlignNumel = 64;  // as the engine aligns its partitions
+constexpr size_t kInferenceAlignNumel = 64;  // as the engine aligns its partitions
 }  // namespace
 
 Result<std::unique_ptr<ZeroInference>> ZeroInference::Create(
@@ -28,7 +28,7 @@ Result<std::unique_ptr<ZeroInference>> ZeroInference::Create(
     numels.push_back(static_cast<size_t>(p->numel()));
     zi->weight_bytes_ += static_cast<uint64_t>(p->numel()) * DTypeBytes(dtype);
   }
-  STRATA_ASSIGN_OR_RETURN(zi->layout_, PartitionLayout::Create(numels, 1, 0, kAlignNumel));
+  STRATA_ASSIGN_OR_RETURN(zi->layout_, PartitionLayout::Create(numels, 1, 0, kInferenceAlignNumel));
   CommOptions co;
   co.backend = CommBackend::kLocal;
   co.device_kind = device.kind();

@@ -12,13 +12,13 @@
 namespace strata {
 namespace {
 
-double NowMs() {
+double AsyncNowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
+size_t AsyncNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 
 // WriteOutDirty's need_bytes for "every dirty copy not kept" (no room ever reaches it).
 constexpr size_t kAllDirty = SIZE_MAX;
@@ -74,9 +74,9 @@ Status NvmeOptimizerState::Settle(size_t k, bool block) {
   Slot& s = slots_[k];
   if (s.state != Slot::State::kReading && s.state != Slot::State::kWriting) return Status::Ok();
   if (!block && !s.io.ready()) return Status::Ok();
-  const double t = NowMs();
+  const double t = AsyncNowMs();
   Status st = s.io.Wait();  // a read's checksums are verified here
-  if (block) async_stats_.wait_ms += NowMs() - t;
+  if (block) async_stats_.wait_ms += AsyncNowMs() - t;
   const bool read = s.state == Slot::State::kReading;
   const int i = s.sg;
   if (!st.ok()) {
@@ -165,7 +165,7 @@ void NvmeOptimizerState::StartRead(int i, size_t k) {
   const int idx = swap_index_[static_cast<size_t>(i)];
   if (!written_[static_cast<size_t>(i)]) {  // never on NVMe: zeros (PrepareSubGroupSteps)
     const OptimizerSwapper::StateView v = SlotState(k);
-    const size_t n = Numel(groups_[static_cast<size_t>(i)]) * sizeof(float);
+    const size_t n = AsyncNumel(groups_[static_cast<size_t>(i)]) * sizeof(float);
     std::memset(v.params, 0, n);
     std::memset(v.exp_avg, 0, n);
     std::memset(v.exp_avg_sq, 0, n);
@@ -463,7 +463,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
       s = v.status();
       break;
     }
-    const double t = NowMs();
+    const double t = AsyncNowMs();
     const SubGroup& g = groups_[static_cast<size_t>(i)];
     uint8_t* dst = nullptr;
     if (copy != nullptr) {
@@ -477,7 +477,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
     s = UpdateSubGroupInto(i, step, hp, grad_scale, v->params, v->exp_avg, v->exp_avg_sq, dst,
                            copy != nullptr ? copy->dtype() : DType::kBFloat16);
     if (s.ok()) s = WriteBack(i);
-    sg_update_ms_ += NowMs() - t;
+    sg_update_ms_ += AsyncNowMs() - t;
     if (s.ok() && copy != nullptr) s = copy->Commit(g);
   }
   const AsyncStats st = TakeAsyncStats();

@@ -19,7 +19,7 @@
 namespace strata {
 namespace {
 
-size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
+size_t FusedNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 
 }  // namespace
 
@@ -52,7 +52,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
                                        bool grad_checks) {
   Slot& slot = slots_[k];
   const SubGroup& g = groups_[static_cast<size_t>(i)];
-  const size_t n = Numel(g);
+  const size_t n = FusedNumel(g);
   const int idx = swap_index_[static_cast<size_t>(i)];
   const size_t at = slot.offset;
   const size_t blk = swapper_->checksum_block_bytes();

@@ -14,7 +14,7 @@ namespace strata {
 
 namespace {
 
-double NowMs() {
+double OverlapNowMs() {
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -451,7 +451,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     }
   } guard{this, slot, &slot_taken};
   uint8_t* dst = slot >= 0 ? ring_[static_cast<size_t>(slot)].bytes() : copy;
-  double t0 = NowMs();
+  double t0 = OverlapNowMs();
   if (o_.cpu_opt != nullptr) {
     if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
     if (kept != nullptr) {
@@ -482,7 +482,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     const std::span<const int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
-    t0 = NowMs();  // the Adam time, without the wait for the read
+    t0 = OverlapNowMs();  // the Adam time, without the wait for the read
     if (kept != nullptr) {
       if (copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
       kept->state.resize(3 * n);
@@ -495,7 +495,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
                                                     o_.copy_dtype, /*grad_checks=*/fused));
     STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
   }
-  const double ms = NowMs() - t0;
+  const double ms = OverlapNowMs() - t0;
   if (o_.tracer != nullptr && o_.tracer->enabled()) {
     const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
     o_.tracer->Complete("overlapped sub-group", "optimizer", trace_begin, o_.tracer->NowUs(), args);
@@ -565,7 +565,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   // The rest of the host part crosses now, as the serial step copies it (unless the reducer
   // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
   if (o_.device_grad == nullptr) return Status::Ok();
-  const double t = NowMs();
+  const double t = OverlapNowMs();
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
     const SubGroup& sg = o_.sub_groups[g];
     if (sg.flat_begin < o_.host_begin || copied_[g]) continue;
@@ -574,7 +574,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
                                             Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
   }
   STRATA_RETURN_IF_ERROR(stream.Synchronize());
-  b->d2h_ms += NowMs() - t;
+  b->d2h_ms += OverlapNowMs() - t;
   b->d2h_bytes += (o_.layout->partition_numel() - o_.host_begin) * sizeof(float);
   return Status::Ok();
 }

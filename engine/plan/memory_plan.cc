@@ -45,14 +45,14 @@ std::string StagingLabel(OffloadDevice param_device) {
              : "updated parameter staging";
 }
 
-constexpr uint64_t kAlignNumel = 64;      // engine.cc's partition alignment
+constexpr uint64_t kPlanAlignNumel = 64;  // engine.cc's partition alignment
 constexpr uint64_t kDeviceGranule = 256;  // DeviceArena::kAlignment (cudaMalloc: 256/512)
 constexpr uint64_t kPinnedSmall = 4096;   // PinnedPool: O_DIRECT alignment
 constexpr uint64_t kPinnedHuge = uint64_t{2} << 20;  // PinnedPool: huge pages past 2 MiB
-constexpr uint64_t kSwapAlign = 4096;
+constexpr uint64_t kPlanSwapAlign = 4096;
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-uint64_t AlignNumel(uint64_t n) { return RoundUp(n, kAlignNumel); }
+uint64_t AlignNumel(uint64_t n) { return RoundUp(n, kPlanAlignNumel); }
 uint64_t DeviceAlloc(uint64_t bytes) {
   return RoundUp(std::max(bytes, kDeviceGranule), kDeviceGranule);
 }
@@ -90,7 +90,7 @@ std::string Placement(const Config& c, DType dtype) {
 }
 
 // Bytes of one sub-group's swap extent: [params | exp_avg | exp_avg_sq], each 4 KiB aligned.
-uint64_t SwapExtentBytes(uint64_t numel) { return 3 * RoundUp(numel * 4, kSwapAlign); }
+uint64_t SwapExtentBytes(uint64_t numel) { return 3 * RoundUp(numel * 4, kPlanSwapAlign); }
 
 }  // namespace
 
@@ -160,7 +160,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   std::vector<size_t> numels(model.param_numels.begin(), model.param_numels.end());
   STRATA_ASSIGN_OR_RETURN(
       PartitionLayout layout,
-      PartitionLayout::Create(numels, part_world, z.stage >= 1 ? options.rank : 0, kAlignNumel));
+      PartitionLayout::Create(numels, part_world, z.stage >= 1 ? options.rank : 0,
+                              kPlanAlignNumel));
   uint64_t full = 0, max_shard = 0;
   for (uint64_t n : model.param_numels) full += AlignNumel(n);
   for (const ShardSlice& s : layout.slices())
@@ -233,7 +234,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
             in_cpu += s.shard_numel;
           } else {
             largest_swapped = std::max<uint64_t>(largest_swapped, s.shard_numel);
-            swap += RoundUp(s.shard_numel * cb, kSwapAlign);
+            swap += RoundUp(s.shard_numel * cb, kPlanSwapAlign);
           }
         }
         // swap/param_swapper.cc refuses a shard its buffers cannot hold together.
@@ -257,10 +258,11 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
           p.Pinned("parameter shards kept in CPU (offload_param.max_in_cpu)", in_cpu * cb,
                    z.offload_param.pin_memory);
         }
-        p.Pinned("parameter swap buffers (buffer_count x buffer_size)",
-                 static_cast<uint64_t>(z.offload_param.buffer_count) *
-                     RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kSwapAlign),
-                 z.offload_param.pin_memory);
+        p.Pinned(
+            "parameter swap buffers (buffer_count x buffer_size)",
+            static_cast<uint64_t>(z.offload_param.buffer_count) *
+                RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kPlanSwapAlign),
+            z.offload_param.pin_memory);
         p.Add(PlanTier::kNvme, "parameter shard swap file", swap);
         p.Add(PlanTier::kPageableCpu, "aio bounce buffers (param swapper)",
               static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *

@@ -52,11 +52,11 @@ uint64_t DynamicTableBytes(const LlamaConfig& c, int64_t max_len) {
   return static_cast<uint64_t>(max_len * (c.head_dim() / 2)) * kF;  // cos or sin
 }
 
-Tensor F32(const nn::DeviceBuffer& b, int64_t rows, int64_t cols) {
+Tensor DecodeF32(const nn::DeviceBuffer& b, int64_t rows, int64_t cols) {
   return b.AsTensor(DType::kFloat32, Shape{rows, cols});
 }
 
-Status Alloc(Device* d, nn::DeviceBuffer* b, uint64_t bytes, const char* what) {
+Status DecodeAlloc(Device* d, nn::DeviceBuffer* b, uint64_t bytes, const char* what) {
   STRATA_ASSIGN_OR_RETURN(
       *b, nn::DeviceBuffer::Allocate(d, static_cast<size_t>(bytes), std::string("decode ") + what));
   return Status::Ok();
@@ -131,34 +131,34 @@ Status LlamaDecoder::Allocate() {
   const Sizes z(c, plan_.max_batch, plan_.prefill_chunk, plan_.cache_rows);
   Device* d = model_->device();
   auto b = std::make_unique<Buffers>();
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->k_cache, z.cache_one(), "KV cache (keys)"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->v_cache, z.cache_one(), "KV cache (values)"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->ids, z.n * 4, "input ids"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->pos, z.n * 4, "positions"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->x, z.n * z.h * kF, "hidden"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->y, z.n * z.h * kF, "hidden"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->k_cache, z.cache_one(), "KV cache (keys)"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->v_cache, z.cache_one(), "KV cache (values)"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->ids, z.n * 4, "input ids"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->pos, z.n * 4, "positions"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->x, z.n * z.h * kF, "hidden"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->y, z.n * z.h * kF, "hidden"));
   LayerActivations& a = b->acts;
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm1, z.n * z.h * kF, "norm1"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.q, z.n * z.qd * kF, "q"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.k, z.n * z.kv * kF, "k"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.v, z.n * z.kv * kF, "v"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.norm1, z.n * z.h * kF, "norm1"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.q, z.n * z.qd * kF, "q"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.k, z.n * z.kv * kF, "k"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.v, z.n * z.kv * kF, "v"));
   if (c.qk_norm) {
-    STRATA_RETURN_IF_ERROR(Alloc(d, &a.q_raw, z.n * z.qd * kF, "q before q_norm"));
-    STRATA_RETURN_IF_ERROR(Alloc(d, &a.k_raw, z.n * z.kv * kF, "k before k_norm"));
+    STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.q_raw, z.n * z.qd * kF, "q before q_norm"));
+    STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.k_raw, z.n * z.kv * kF, "k before k_norm"));
   }
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.attn, z.n * z.qd * kF, "attention output"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.h1, z.n * z.h * kF, "residual"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.norm2, z.n * z.h * kF, "norm2"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.gate, z.n * z.i * kF, "gate"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.up, z.n * z.i * kF, "up"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &a.act, z.n * z.i * kF, "mlp activation"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->last, z.batch * z.h * kF, "last rows"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->normf, z.batch * z.h * kF, "final norm"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &b->logits, z.batch * z.v * kF, "logits"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.attn, z.n * z.qd * kF, "attention output"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.h1, z.n * z.h * kF, "residual"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.norm2, z.n * z.h * kF, "norm2"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.gate, z.n * z.i * kF, "gate"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.up, z.n * z.i * kF, "up"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &a.act, z.n * z.i * kF, "mlp activation"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->last, z.batch * z.h * kF, "last rows"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->normf, z.batch * z.h * kF, "final norm"));
+  STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->logits, z.batch * z.v * kF, "logits"));
   if (DynamicTables(c, plan_.max_len)) {
     const uint64_t bytes = DynamicTableBytes(c, plan_.max_len);
-    STRATA_RETURN_IF_ERROR(Alloc(d, &b->dyn_cos, bytes, "dynamic rope cos"));
-    STRATA_RETURN_IF_ERROR(Alloc(d, &b->dyn_sin, bytes, "dynamic rope sin"));
+    STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->dyn_cos, bytes, "dynamic rope cos"));
+    STRATA_RETURN_IF_ERROR(DecodeAlloc(d, &b->dyn_sin, bytes, "dynamic rope sin"));
     b->host_dyn_cos.resize(bytes / kF);
     b->host_dyn_sin.resize(bytes / kF);
   }
@@ -339,10 +339,11 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
   STRATA_RETURN_IF_ERROR(SelectDynamicRope(s, &rope_cos, &rope_sin, &rope_rows));
   LayerActivations& a = B.acts;
   LlamaModel& m = model_->model();
-  const Tensor x = F32(B.x, n, h), y = F32(B.y, n, h), norm1 = F32(a.norm1, n, h);
+  const Tensor x = DecodeF32(B.x, n, h), y = DecodeF32(B.y, n, h), norm1 = DecodeF32(a.norm1, n, h);
   const int64_t qd = c.num_attention_heads * d;
-  const Tensor q = F32(a.q, n, qd), k = F32(a.k, n, kvd), v = F32(a.v, n, kvd);
-  const Tensor attn = F32(a.attn, n, qd), h1 = F32(a.h1, n, h), norm2 = F32(a.norm2, n, h);
+  const Tensor q = DecodeF32(a.q, n, qd), k = DecodeF32(a.k, n, kvd), v = DecodeF32(a.v, n, kvd);
+  const Tensor attn = DecodeF32(a.attn, n, qd), h1 = DecodeF32(a.h1, n, h),
+               norm2 = DecodeF32(a.norm2, n, h);
   (void)i;
   auto layer_body = [&](int64_t l, const Tensor& in, const Tensor& out) -> Status {
     LlamaDecoderLayer& layer = *m.layer[static_cast<size_t>(l)];
@@ -351,7 +352,7 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
     LlamaAttention& at = layer.self_attn;
     STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(at, ctx, [&]() -> Status {
       if (at.q_norm != nullptr) {  // Qwen3: per-head norms before RoPE
-        const Tensor q_raw = F32(a.q_raw, n, qd), k_raw = F32(a.k_raw, n, kvd);
+        const Tensor q_raw = DecodeF32(a.q_raw, n, qd), k_raw = DecodeF32(a.k_raw, n, kvd);
         STRATA_RETURN_IF_ERROR(at.q_proj.Forward(ctx, norm1, q_raw));
         STRATA_RETURN_IF_ERROR(at.q_norm->Forward(ctx, q_raw, q));
         STRATA_RETURN_IF_ERROR(at.k_proj.Forward(ctx, norm1, k_raw));
@@ -404,8 +405,8 @@ Status LlamaDecoder::Run(const nn::RunContext& ctx, int64_t batch, int64_t seq,
     return AddF32(s, out, h1, out);  // out = h1 + mlp
   };
   const int64_t rows = batch;
-  const Tensor last_rows = F32(B.last, rows, h), normf = F32(B.normf, rows, h);
-  const Tensor out_logits = F32(B.logits, rows, c.vocab_size);
+  const Tensor last_rows = DecodeF32(B.last, rows, h), normf = DecodeF32(B.normf, rows, h);
+  const Tensor out_logits = DecodeF32(B.logits, rows, c.vocab_size);
   STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(*model_, ctx, [&]() -> Status {
     STRATA_RETURN_IF_ERROR(nn::WithForwardHooks(m, ctx, [&]() -> Status {
       STRATA_RETURN_IF_ERROR(

@@ -137,7 +137,7 @@ class Normal {
 
 Tensor F32(const nn::DeviceBuffer& b, Shape s) { return b.AsTensor(DType::kFloat32, s); }
 
-Status Alloc(Device* d, nn::DeviceBuffer* b, size_t bytes, const char* what) {
+Status ModelAlloc(Device* d, nn::DeviceBuffer* b, size_t bytes, const char* what) {
   if (b->size() >= bytes) return Status::Ok();
   b->Reset();
   STRATA_ASSIGN_OR_RETURN(*b, nn::DeviceBuffer::Allocate(d, bytes, std::string("llama ") + what));
@@ -259,19 +259,19 @@ Status LlamaForCausalLM::EnsureBuffers(const nn::RunContext& ctx, int64_t batch,
   const size_t n = static_cast<size_t>(batch * seq), h = static_cast<size_t>(config_.hidden_size);
   const size_t f = sizeof(float);
   const int64_t layers = config_.num_hidden_layers;
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.ids, n * 4, "input ids"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.labels, n * 4, "labels"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.positions, n * 4, "position ids"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.row_start, n * 4, "attention row starts"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.ids, n * 4, "input ids"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.labels, n * 4, "labels"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.positions, n * 4, "position ids"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.row_start, n * 4, "attention row starts"));
   m.hidden.resize(options_.cpu_checkpointing ? 2 : static_cast<size_t>(layers + 1));
-  for (auto& b : m.hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "hidden states"));
+  for (auto& b : m.hidden) STRATA_RETURN_IF_ERROR(ModelAlloc(d, &b, n * h * f, "hidden states"));
   m.acts.resize(options_.activation_checkpointing ? 1 : static_cast<size_t>(layers));
   for (auto& a : m.acts) STRATA_RETURN_IF_ERROR(AllocateActivations(d, config_, m.info, &a));
   STRATA_RETURN_IF_ERROR(AllocateGrads(d, config_, m.info, &m.grads));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.normf, n * h * f, "final norm"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.loss, f, "loss"));
-  STRATA_RETURN_IF_ERROR(Alloc(d, &m.d_normf, n * h * f, "d_final_norm"));
-  for (auto& b : m.d_hidden) STRATA_RETURN_IF_ERROR(Alloc(d, &b, n * h * f, "d_hidden"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.normf, n * h * f, "final norm"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.loss, f, "loss"));
+  STRATA_RETURN_IF_ERROR(ModelAlloc(d, &m.d_normf, n * h * f, "d_final_norm"));
+  for (auto& b : m.d_hidden) STRATA_RETURN_IF_ERROR(ModelAlloc(d, &b, n * h * f, "d_hidden"));
   for (int64_t l = 0; l < layers; ++l) {
     LayerActivations* a = &m.acts[options_.activation_checkpointing ? 0 : static_cast<size_t>(l)];
     model_->layer[static_cast<size_t>(l)]->set_workspace(a, &m.grads,
@@ -399,8 +399,8 @@ Status LlamaForCausalLM::SelectRope(const nn::RunContext& ctx) {
         len, &m.host_dyn_cos, &m.host_dyn_sin);
     const size_t bytes = m.host_dyn_cos.size() * sizeof(float);
     m.dyn_len = 0;
-    STRATA_RETURN_IF_ERROR(Alloc(device_, &m.dyn_cos, bytes, "dynamic rope cos"));
-    STRATA_RETURN_IF_ERROR(Alloc(device_, &m.dyn_sin, bytes, "dynamic rope sin"));
+    STRATA_RETURN_IF_ERROR(ModelAlloc(device_, &m.dyn_cos, bytes, "dynamic rope cos"));
+    STRATA_RETURN_IF_ERROR(ModelAlloc(device_, &m.dyn_sin, bytes, "dynamic rope sin"));
     STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.dyn_cos.data(), m.host_dyn_cos.data(), bytes,
                                                 CopyKind::kHostToDevice));
     STRATA_RETURN_IF_ERROR(ctx.stream.CopyAsync(m.dyn_sin.data(), m.host_dyn_sin.data(), bytes,

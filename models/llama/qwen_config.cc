@@ -5,7 +5,7 @@
 namespace strata::llama {
 namespace {
 
-std::string Field(std::string_view source, std::string_view key) {
+std::string QwenField(std::string_view source, std::string_view key) {
   return std::string(source) + ": config field '" + std::string(key) + "'";
 }
 
@@ -38,7 +38,7 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
   if (const auto a = j.find("architectures"); a != j.end() && !a->is_null()) {
     if (!a->is_array() || a->size() != 1 || !a->begin()->is_string() ||
         VersionOfName(a->begin()->get<std::string>()) != version) {
-      return UnimplementedError(Field(source, "architectures") + " = " + a->dump() +
+      return UnimplementedError(QwenField(source, "architectures") + " = " + a->dump() +
                                 ": Strata implements [\"Qwen" + std::to_string(version) +
                                 "ForCausalLM\"] for model_type \"qwen" + std::to_string(version) +
                                 "\"");
@@ -47,7 +47,7 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
   if (const auto t = j.find("model_type"); t != j.end()) {
     const int named = t->is_string() ? VersionOfName(t->get<std::string>()) : 0;
     if (named != version) {
-      return InvalidArgumentError(Field(source, "model_type") + " = " + t->dump() +
+      return InvalidArgumentError(QwenField(source, "model_type") + " = " + t->dump() +
                                   " does not match architectures (expected \"qwen" +
                                   std::to_string(version) + "\")");
     }
@@ -57,11 +57,11 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
   // otherwise), so their values are accepted as they ship.
   if (const auto it = j.find("use_sliding_window"); it != j.end() && !it->is_null()) {
     if (!it->is_boolean()) {
-      return InvalidArgumentError(Field(source, "use_sliding_window") + " = " + it->dump() +
+      return InvalidArgumentError(QwenField(source, "use_sliding_window") + " = " + it->dump() +
                                   " must be a boolean");
     }
     if (it->get<bool>()) {
-      return UnimplementedError(Field(source, "use_sliding_window") + " = " + it->dump() +
+      return UnimplementedError(QwenField(source, "use_sliding_window") + " = " + it->dump() +
                                 ": Strata implements full causal attention only (false)");
     }
   }
@@ -71,12 +71,12 @@ Status ParseQwenFields(const nlohmann::json& j, std::string_view source, LlamaCo
       for (const auto& t : *it) full = full && t == "full_attention";
     }
     if (!full) {
-      return UnimplementedError(Field(source, "layer_types") + " = " + it->dump() +
+      return UnimplementedError(QwenField(source, "layer_types") + " = " + it->dump() +
                                 ": Strata implements \"full_attention\" layers only");
     }
   }
   if (const auto it = j.find("use_mrope"); it != j.end() && !it->is_null() && *it != false) {
-    return UnimplementedError(Field(source, "use_mrope") + " = " + it->dump() +
+    return UnimplementedError(QwenField(source, "use_mrope") + " = " + it->dump() +
                               ": Strata implements false only");
   }
   c->family = version == 3 ? LlamaFamily::kQwen3 : LlamaFamily::kQwen2;

@@ -12,7 +12,7 @@
 namespace strata {
 namespace {
 
-bool Aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+bool OptimizerAligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
 OptimizerKernelKind KernelKind(OptimizerKind kind) {
   switch (kind) {
@@ -45,7 +45,7 @@ Status ValidateStep(const OptimizerStepLaunch& l) {
   int n = 0;
   auto add = [&](const char* what, const void* p, size_t elem) -> Status {
     if (p == nullptr) return bad(std::string(what) + " is null");
-    if (!Aligned(p, elem)) {
+    if (!OptimizerAligned(p, elem)) {
       return bad(std::string(what) + " is not aligned to " + std::to_string(elem) + " bytes");
     }
     const auto a = reinterpret_cast<uintptr_t>(p);
@@ -137,10 +137,10 @@ Status LaunchSquaredNormPartials(const Stream& stream, double* partials, const f
                                  size_t numel) {
   STRATA_ASSIGN_OR_RETURN(const OptimizerKernelTable* t, TableOf(stream, "squared norm"));
   if (numel == 0) return Status::Ok();
-  if (src == nullptr || !Aligned(src, 4)) {
+  if (src == nullptr || !OptimizerAligned(src, 4)) {
     return InvalidArgumentError("squared norm: src is null or not 4-byte aligned");
   }
-  if (partials == nullptr || !Aligned(partials, 8)) {
+  if (partials == nullptr || !OptimizerAligned(partials, 8)) {
     return InvalidArgumentError("squared norm: partials is null or not 8-byte aligned");
   }
   return t->squared_norm_partials(stream, partials, src, numel);

@@ -13,14 +13,14 @@
 namespace strata::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kConfigUsage =
     "strata config check FILE [--world-size N] [--json] [run flags]\n"
     "  Checks a DeepSpeed JSON config as strata train reads it: every value with its origin,\n"
     "  every warning, every error (JSON path, line, column, did-you-mean). Exit 0 valid, 2 not.\n"
     "  The run flags fill in \"auto\" values as strata train's flags and model would.";
 
 int RunCheck(const std::vector<std::string>& args) {
-  FlagParser flags(kUsage);
+  FlagParser flags(kConfigUsage);
   int64_t world = 1, micro = 0, accum = 0, hidden = 0, total = 0, warmup = -1;
   double lr = 0;
   std::string precision;
@@ -79,7 +79,7 @@ int RunCheck(const std::vector<std::string>& args) {
 
 int RunConfig(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fprintf(args.empty() ? stderr : stdout, "usage: %s\n", kUsage);
+    std::fprintf(args.empty() ? stderr : stdout, "usage: %s\n", kConfigUsage);
     return args.empty() ? 2 : 0;
   }
   if (args[0] != "check") {

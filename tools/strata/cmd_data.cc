@@ -12,27 +12,27 @@
 namespace strata::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kDataUsage =
     "strata data prepare --model DIR --data FILE.jsonl --out DIR [--train-on responses|all]\n"
     "                    [--max-length N] [--overlong truncate|skip] [--threads N]\n"
     "  Tokenizes a JSONL dataset ({\"text\"}, Alpaca instruction/input/output, OpenAI messages,\n"
     "  ShareGPT conversations) with the model's tokenizer and chat template.";
 
-int Fail(int code, const std::string& what) {
+int DataFail(int code, const std::string& what) {
   std::fprintf(stderr, "strata data: %s\n", what.c_str());
   return code;
 }
 
 int RunData(const std::vector<std::string>& args) {
   if (args.empty() || (args[0] != "prepare" && args[0] != "--help" && args[0] != "-h")) {
-    return Fail(2, std::string("expected the action 'prepare'") +
-                       (args.empty() ? "" : ", not '" + args[0] + "'") + "\n" + kUsage);
+    return DataFail(2, std::string("expected the action 'prepare'") +
+                           (args.empty() ? "" : ", not '" + args[0] + "'") + "\n" + kDataUsage);
   }
   std::string model, data, out, train_on = "responses", overlong = "truncate";
   int64_t max_length = 0;
   int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   bool progress = true;
-  FlagParser flags(kUsage);
+  FlagParser flags(kDataUsage);
   flags.String("model", &model, "model directory with tokenizer.json (+ tokenizer_config.json)");
   flags.String("data", &data, "the JSONL dataset");
   flags.String("out", &out, "directory for tokens.bin, mask.bin, prepared.json");
@@ -45,14 +45,14 @@ int RunData(const std::vector<std::string>& args) {
   flags.Bool("progress", &progress, "a progress line on stderr");
   std::vector<std::string> positional;
   std::vector<std::string> rest(args.begin() + (args[0] == "prepare" ? 1 : 0), args.end());
-  if (Status s = flags.Parse(rest, &positional); !s.ok()) return Fail(2, s.message());
+  if (Status s = flags.Parse(rest, &positional); !s.ok()) return DataFail(2, s.message());
   if (flags.help_requested()) {
     std::printf("%s\n", flags.Help().c_str());
     return 0;
   }
-  if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
+  if (!positional.empty()) return DataFail(2, "unexpected argument '" + positional[0] + "'");
   if (model.empty() || data.empty() || out.empty()) {
-    return Fail(2, "--model, --data and --out are required\n" + flags.Help());
+    return DataFail(2, "--model, --data and --out are required\n" + flags.Help());
   }
   data::PrepareOptions o;
   o.tokenize.train_on_prompt = train_on == "all";
@@ -69,12 +69,12 @@ int RunData(const std::vector<std::string>& args) {
     };
   }
   auto key = data::PrepareCacheKey(data, model, o.tokenize);
-  if (!key.ok()) return Fail(2, key.status().message());
+  if (!key.ok()) return DataFail(2, key.status().message());
   auto s = data::PrepareDataset(data, model, out, o, *key, report);
   if (!s.ok()) {
     const StatusCode c = s.status().code();
-    return Fail(c == StatusCode::kIoError || c == StatusCode::kInternal ? 1 : 2,
-                s.status().message());
+    return DataFail(c == StatusCode::kIoError || c == StatusCode::kInternal ? 1 : 2,
+                    s.status().message());
   }
   std::printf("prepared %s -> %s: %s, %.2f s on %d threads\n", data.c_str(), out.c_str(),
               s->ToString().c_str(), s->seconds, o.threads);

@@ -31,7 +31,7 @@
 namespace strata::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kEstimateUsage =
     "strata estimate (--preset NAME | --model HF_DIR | --params N) [--world N] [--nodes N]\n"
     "                [--dtype fp32|fp16|bf16] [--config CFG] [--micro-batch N] [--seq-len N]\n"
     "                [--checkpointing] [--lm-head-chunk auto|N] [--gpu-mem B] [--cpu-mem B]\n"
@@ -41,14 +41,14 @@ constexpr const char* kUsage =
     "  Per-rank memory per tier for ZeRO stages 0-3 x offload none/cpu/nvme (or one --config),\n"
     "  fits / does not fit on the machine (default: this one), and the step's traffic.";
 
-int Fail(int code, const std::string& what) {
+int EstimateFail(int code, const std::string& what) {
   std::string line = what;
   for (char& c : line) c = c == '\n' ? ' ' : c;
   std::fprintf(stderr, "strata estimate: %s\n", line.c_str());
   return code;
 }
 
-struct Options {
+struct EstimateCliOptions {
   std::string preset, model, config, dtype = "bf16", nvme_path, lm_head_chunk = "auto";
   int64_t params = 0, largest_layer = 0, world = 1, nodes = 1, micro_batch = 1, seq_len = 0;
   bool checkpointing = false, emit_config = false, json = false;
@@ -71,7 +71,7 @@ uint64_t MemTotalBytes() {
   return 0;
 }
 
-Machine ProbeMachine(const Options& o, const FlagParser& flags) {
+Machine ProbeMachine(const EstimateCliOptions& o, const FlagParser& flags) {
   Machine m;
   if (flags.WasSet("gpu-mem")) {
     m.gpu = o.gpu_mem, m.gpu_from = "--gpu-mem";
@@ -116,7 +116,7 @@ std::vector<std::string> LlamaParamNames(const llama::LlamaConfig& c) {
   return n;
 }
 
-Result<ModelShape> ReadShape(const Options& o, int64_t* hidden, int64_t* seq_len,
+Result<ModelShape> ReadShape(const EstimateCliOptions& o, int64_t* hidden, int64_t* seq_len,
                              std::vector<std::string>* names) {
   if (o.params > 0) {
     const uint64_t n = static_cast<uint64_t>(o.params);
@@ -181,7 +181,7 @@ std::vector<std::pair<std::string, int64_t>> ChosenValues(const BudgetPlan& b) {
   return out;
 }
 
-std::string ConfigJson(const Options& o, int stage, const std::string& offload,
+std::string ConfigJson(const EstimateCliOptions& o, int stage, const std::string& offload,
                        const std::string& nvme_path,
                        const std::vector<std::pair<std::string, int64_t>>& chosen = {},
                        uint64_t cpu_budget = 0) {
@@ -253,9 +253,9 @@ std::string DeviceMisfit(const ModelShape& shape, const Config& config, const Me
   return out;
 }
 
-Status Evaluate(const ModelShape& shape, const Config& config, const Options& o, const Machine& m,
-                const std::vector<std::string>& free_keys, const std::vector<std::string>& names,
-                Candidate* c) {
+Status Evaluate(const ModelShape& shape, const Config& config, const EstimateCliOptions& o,
+                const Machine& m, const std::vector<std::string>& free_keys,
+                const std::vector<std::string>& names, Candidate* c) {
   PlanOptions po;
   po.world = static_cast<int>(o.world);
   po.activation_checkpointing = o.checkpointing;
@@ -313,7 +313,7 @@ std::string Col(std::string s, size_t w) {
   return s + " ";
 }
 
-void PrintText(const Options& o, const ModelShape& shape, const Machine& m,
+void PrintText(const EstimateCliOptions& o, const ModelShape& shape, const Machine& m,
                const std::vector<Candidate>& cs, const Candidate* best, int64_t seq_len) {
   std::printf("model: %s, %.3f B params (largest %s), %s, world %lld on %lld node(s)\n",
               shape.name.c_str(), static_cast<double>(shape.NumParameters()) / 1e9,
@@ -386,8 +386,8 @@ int RunEstimate(const std::vector<std::string>& args) {
   if (std::find(args.begin(), args.end(), "--inference") != args.end()) {
     return RunInferenceEstimate(args);
   }
-  Options o;
-  FlagParser flags(kUsage);
+  EstimateCliOptions o;
+  FlagParser flags(kEstimateUsage);
   flags.String("preset", &o.preset, "a preset: " + llama::LlamaPresetNames());
   flags.String("model", &o.model, "a Hugging Face Llama directory (reads config.json)");
   flags.Int("params", &o.params, "a bare parameter count (no activations)", 1);
@@ -410,29 +410,30 @@ int RunEstimate(const std::vector<std::string>& args) {
   flags.Bool("emit-config", &o.emit_config, "print the fitting config with the least traffic");
   flags.Bool("json", &o.json, "print one JSON object");
   std::vector<std::string> positional;
-  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return EstimateFail(2, s.message());
   if (flags.help_requested()) {
     std::printf("%s\n", flags.Help().c_str());
     return 0;
   }
-  if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
+  if (!positional.empty()) return EstimateFail(2, "unexpected argument '" + positional[0] + "'");
   const int sources = !o.preset.empty() + !o.model.empty() + (o.params > 0);
   if (sources != 1) {
-    return Fail(2, "give exactly one of --preset NAME (" + llama::LlamaPresetNames() +
-                       "), --model HF_DIR or "
-                       "--params N");
+    return EstimateFail(2, "give exactly one of --preset NAME (" + llama::LlamaPresetNames() +
+                               "), --model HF_DIR or "
+                               "--params N");
   }
   if (o.nodes > o.world) {
-    return Fail(2, "--nodes " + std::to_string(o.nodes) + " is more than --world " +
-                       std::to_string(o.world) + " (each node runs at least one rank)");
+    return EstimateFail(2, "--nodes " + std::to_string(o.nodes) + " is more than --world " +
+                               std::to_string(o.world) + " (each node runs at least one rank)");
   }
   if (o.emit_config && !o.config.empty()) {
-    return Fail(2, "--emit-config chooses among all placements; it cannot be used with --config");
+    return EstimateFail(
+        2, "--emit-config chooses among all placements; it cannot be used with --config");
   }
   int64_t hidden = 0, seq_len = 0;
   std::vector<std::string> names;
   Result<ModelShape> shape = ReadShape(o, &hidden, &seq_len, &names);
-  if (!shape.ok()) return Fail(2, shape.status().message());
+  if (!shape.ok()) return EstimateFail(2, shape.status().message());
   Machine m = ProbeMachine(o, flags);
   const std::string nvme_path = o.nvme_path.empty() ? "/local_nvme" : o.nvme_path;
 
@@ -457,7 +458,7 @@ int RunEstimate(const std::vector<std::string>& args) {
   };
   if (!o.config.empty()) {
     Result<Config> config = LoadConfig(o.config, run);
-    if (!config.ok()) return Fail(2, config.status().message());
+    if (!config.ok()) return EstimateFail(2, config.status().message());
     const ZeroConfig& z = config->zero;
     const OffloadDevice d = z.stage == 3 && z.offload_param.device != OffloadDevice::kNone
                                 ? z.offload_param.device
@@ -465,7 +466,7 @@ int RunEstimate(const std::vector<std::string>& args) {
     o.dtype = config->bf16.enabled ? "bf16" : config->fp16.enabled ? "fp16" : "fp32";
     o.micro_batch = config->batch.micro_batch_per_gpu;  // the activations of the config's batch
     shape = ReadShape(o, &hidden, &seq_len, &names);
-    if (!shape.ok()) return Fail(2, shape.status().message());
+    if (!shape.ok()) return EstimateFail(2, shape.status().message());
     if (!flags.WasSet("gpu-mem")) {  // the emulated device the config asks for, as train makes
       m.gpu = config->strata.device_memory_bytes;
       m.gpu_from = "strata.device_memory of --config (the host-emulated device); no GPU assumed";
@@ -473,7 +474,7 @@ int RunEstimate(const std::vector<std::string>& args) {
     if (Status s = add(static_cast<int>(z.stage), std::string(OffloadDeviceName(d)), *config, "",
                        z.auto_sizes);
         !s.ok()) {
-      return Fail(2, s.message());
+      return EstimateFail(2, s.message());
     }
   } else {
     for (int stage = 0; stage <= 3; ++stage) {
@@ -487,9 +488,9 @@ int RunEstimate(const std::vector<std::string>& args) {
         const std::string json = ConfigJson(o, stage, offload, nvme_path);
         Result<Config> config = LoadConfigText(json, "<estimate>", run);
         if (!config.ok())
-          return Fail(1, "internal: generated config: " + config.status().message());
+          return EstimateFail(1, "internal: generated config: " + config.status().message());
         if (Status s = add(stage, offload, *config, json, BudgetSizingKeys()); !s.ok()) {
-          return Fail(2, s.message());
+          return EstimateFail(2, s.message());
         }
       }
     }
@@ -503,7 +504,8 @@ int RunEstimate(const std::vector<std::string>& args) {
     }
   }
   if (o.emit_config) {
-    if (best == nullptr) return Fail(1, "no placement fits this machine (see strata estimate)");
+    if (best == nullptr)
+      return EstimateFail(1, "no placement fits this machine (see strata estimate)");
     std::printf("%s\n", best->config_json.c_str());
     return 0;
   }

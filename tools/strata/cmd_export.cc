@@ -44,13 +44,13 @@ Result<std::string> ExportLlamaCheckpoint(const std::string& ckpt_dir, const std
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kExportUsage =
     "strata export CKPT_DIR OUT_DIR [--tag T] [--dtype fp32|bf16|fp16] [--max-shard-size 5G]\n"
     "  Consolidates a checkpoint (strata train --save) into a Hugging Face directory: the\n"
     "  source model's config.json (torch_dtype = what is written; default the source's dtype),\n"
     "  generation_config.json and tokenizer files when the source had them.";
 
-int Fail(int code, const std::string& what) {
+int ExportFail(int code, const std::string& what) {
   std::fprintf(stderr, "strata export: %s\n", what.c_str());
   return code;
 }
@@ -58,19 +58,19 @@ int Fail(int code, const std::string& what) {
 int RunExport(const std::vector<std::string>& args) {
   std::string tag, dtype;
   uint64_t max_shard = 5'000'000'000;
-  FlagParser flags(kUsage);
+  FlagParser flags(kExportUsage);
   flags.String("tag", &tag, "the checkpoint tag (default: the one `latest` names)");
   flags.Choice("dtype", &dtype, {"fp32", "bf16", "fp16"},
                "dtype of the written weights (default: the source config.json's torch_dtype)");
   flags.Bytes("max-shard-size", &max_shard,
               "shard the weights above this size (transformers' max_shard_size)");
   std::vector<std::string> positional;
-  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return ExportFail(2, s.message());
   if (flags.help_requested()) {
     std::printf("%s\n", flags.Help().c_str());
     return 0;
   }
-  if (positional.size() != 2) return Fail(2, "expected CKPT_DIR OUT_DIR\n" + flags.Help());
+  if (positional.size() != 2) return ExportFail(2, "expected CKPT_DIR OUT_DIR\n" + flags.Help());
   CheckpointExportOptions o;
   o.tag = tag;
   if (!dtype.empty()) {
@@ -82,8 +82,8 @@ int RunExport(const std::vector<std::string>& args) {
   Result<std::string> r = ExportLlamaCheckpoint(positional[0], positional[1], o);
   if (!r.ok()) {
     const StatusCode c = r.status().code();
-    return Fail(c == StatusCode::kIoError || c == StatusCode::kInternal ? 1 : 2,
-                r.status().message());
+    return ExportFail(c == StatusCode::kIoError || c == StatusCode::kInternal ? 1 : 2,
+                      r.status().message());
   }
   std::printf("%s\n", r->c_str());
   return 0;

@@ -76,7 +76,7 @@ void InstallForwarding(void (*handler)(int), bool user_signals) {
   }
 }
 
-int Fail(const std::string& what, int code = 1) {
+int LaunchFail(const std::string& what, int code = 1) {
   std::fprintf(stderr, "strata launch: %s\n", what.c_str());
   return code;
 }
@@ -150,11 +150,11 @@ bool Pump(int fd, std::string* partial, F&& on_line) {
 int RunRank(const std::string& node_slots, bool set_cuda_visible, bool bind_cores,
             const std::string& log_dir, const std::vector<std::string>& program) {
   auto env = ReadLaunchEnv();
-  if (!env.ok()) return Fail(env.status().message());
+  if (!env.ok()) return LaunchFail(env.status().message());
   auto nodes = ParseNodeSlots(node_slots);
-  if (!nodes.ok()) return Fail(nodes.status().message(), 2);
+  if (!nodes.ok()) return LaunchFail(nodes.status().message(), 2);
   auto where = NodeOfRank(*nodes, env->rank);
-  if (!where.ok()) return Fail(where.status().message());
+  if (!where.ok()) return LaunchFail(where.status().message());
   const int rank = env->rank;
   setenv("RANK", std::to_string(rank).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(env->world_size).c_str(), 1);
@@ -179,14 +179,14 @@ int RunRank(const std::string& node_slots, bool set_cuda_visible, bool bind_core
     const std::string path = log_dir + "/rank_" + std::to_string(rank) + ".log";
     log_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0)
-      return Fail("rank " + std::to_string(rank) + ": " + path + ": " + std::strerror(errno));
+      return LaunchFail("rank " + std::to_string(rank) + ": " + path + ": " + std::strerror(errno));
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-      return Fail(std::string("pipe: ") + std::strerror(errno));
+      return LaunchFail(std::string("pipe: ") + std::strerror(errno));
     }
   }
   InstallForwarding(&ForwardToProgram, /*user_signals=*/true);
   const pid_t child = Spawn(program, out_pipe[1], err_pipe[1], Group::kOwnDiesWithParent);
-  if (child < 0) return Fail(std::string("fork: ") + std::strerror(errno));
+  if (child < 0) return LaunchFail(std::string("fork: ") + std::strerror(errno));
   g_child = child;
   if (log_fd >= 0) {
     close(out_pipe[1]);
@@ -293,12 +293,13 @@ int RunLaunch(const std::vector<std::string>& args) {
   flags.String("node_slots", &node_slots, "internal: HOST=S,S;... for --as_rank");
   flags.Bool("set_cuda_visible_devices", &set_cuda_visible, "internal: for --as_rank");
   std::vector<std::string> positional;
-  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(s.message(), 2);
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return LaunchFail(s.message(), 2);
   if (flags.help_requested()) {
     std::printf("%s", flags.Help().c_str());
     return 0;
   }
-  if (positional.empty()) return Fail("no program to launch (strata launch [flags] -- PROGRAM)", 2);
+  if (positional.empty())
+    return LaunchFail("no program to launch (strata launch [flags] -- PROGRAM)", 2);
   if (as_rank) return RunRank(node_slots, set_cuda_visible, bind_cores, log_dir, positional);
 
   LaunchRequest req;
@@ -314,7 +315,7 @@ int RunLaunch(const std::vector<std::string>& args) {
   req.program = positional;
   if (flags.WasSet("hostfile") || std::filesystem::exists(hostfile)) {
     std::ifstream in(hostfile);
-    if (!in) return Fail("--hostfile " + hostfile + ": cannot read it", 2);
+    if (!in) return LaunchFail("--hostfile " + hostfile + ": cannot read it", 2);
     std::stringstream text;
     text << in.rdbuf();
     req.hostfile_text = text.str();
@@ -333,7 +334,7 @@ int RunLaunch(const std::vector<std::string>& args) {
   host.self_exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) host.self_exe = "strata";
   auto plan = MakeLaunchPlan(req, host);
-  if (!plan.ok()) return Fail(plan.status().message(), 2);
+  if (!plan.ok()) return LaunchFail(plan.status().message(), 2);
   for (const auto& note : plan->notes) std::fprintf(stderr, "strata launch: %s\n", note.c_str());
   if (dry_run) {
     std::printf("%s\n", ShellJoin(plan->mpirun_argv).c_str());
@@ -341,17 +342,18 @@ int RunLaunch(const std::vector<std::string>& args) {
   }
   if (!req.log_dir.empty()) {
     std::filesystem::create_directories(req.log_dir, ec);
-    if (ec) return Fail("--log_dir " + req.log_dir + ": " + ec.message(), 2);
+    if (ec) return LaunchFail("--log_dir " + req.log_dir + ": " + ec.message(), 2);
   }
   std::fprintf(stderr, "strata launch: %d rank(s) on %s, master %s:%d\n", plan->world_size,
                FormatNodeSlots(plan->nodes).c_str(), plan->master_addr.c_str(),
                static_cast<int>(master_port));
 
   int err_pipe[2];
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) return Fail(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(err_pipe, O_CLOEXEC) != 0)
+    return LaunchFail(std::string("pipe: ") + std::strerror(errno));
   InstallForwarding(&ForwardToMpirun, /*user_signals=*/false);
   const pid_t child = Spawn(plan->mpirun_argv, -1, err_pipe[1], Group::kOwnNoStdin);
-  if (child < 0) return Fail(std::string("fork: ") + std::strerror(errno));
+  if (child < 0) return LaunchFail(std::string("fork: ") + std::strerror(errno));
   g_child = child;
   close(err_pipe[1]);
   std::vector<RankFailure> failures;

@@ -26,13 +26,13 @@
 namespace strata::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kGenerateUsage =
     "strata generate --model DIR --prompt TEXT [--prompt TEXT2 ...] [--config CFG]\n"
     "                [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                [--stop-id ID ...] [--chat FILE.jsonl] [--tokenizer DIR] [--tag T] [--json]\n"
     "  Generates text from a Hugging Face directory or a Strata checkpoint (strata train --save).";
 
-struct Options {
+struct GenerateCliOptions {
   std::string model, config, tag, chat, tokenizer;
   std::vector<std::string> prompts;
   std::vector<int32_t> stop_ids;
@@ -41,12 +41,12 @@ struct Options {
   bool json = false;
 };
 
-int Fail(int code, const std::string& what) {
+int GenerateFail(int code, const std::string& what) {
   std::fprintf(stderr, "strata generate: %s\n", what.c_str());
   return code;
 }
 
-std::string Mib(uint64_t bytes) {
+std::string GenerateMib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
@@ -73,37 +73,37 @@ Result<std::vector<nlohmann::ordered_json>> ReadChats(const std::string& path) {
   return out;
 }
 
-int Run(const Options& o) {
+int RunGenerate(const GenerateCliOptions& o) {
   auto weights = OpenGenerateWeights(o.model, o.tag);
-  if (!weights.ok()) return Fail(2, weights.status().message());
+  if (!weights.ok()) return GenerateFail(2, weights.status().message());
   const llama::LlamaConfig& mc = weights->config;
   std::vector<std::string> text_dirs = weights->text_dirs;
   if (!o.tokenizer.empty()) text_dirs = {o.tokenizer};
   auto text = GenerateText::Open(text_dirs, mc.vocab_size);
-  if (!text.ok()) return Fail(2, text.status().message());
+  if (!text.ok()) return GenerateFail(2, text.status().message());
   for (int32_t id : o.stop_ids) {
     if (id < 0 || id >= mc.vocab_size) {
-      return Fail(2, "--stop-id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                         std::to_string(mc.vocab_size) + ")");
+      return GenerateFail(2, "--stop-id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                 std::to_string(mc.vocab_size) + ")");
     }
   }
   // Each prompt's text (as shown) and ids.
   std::vector<std::string> shown;
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& p : o.prompts) {
-    if (p.empty()) return Fail(2, "--prompt is empty (the model needs at least one token)");
+    if (p.empty()) return GenerateFail(2, "--prompt is empty (the model needs at least one token)");
     auto ids = text->EncodePrompt(p);
-    if (!ids.ok()) return Fail(2, "--prompt: " + ids.status().message());
+    if (!ids.ok()) return GenerateFail(2, "--prompt: " + ids.status().message());
     shown.push_back(p);
     prompts.push_back(std::move(*ids));
   }
   if (!o.chat.empty()) {
     auto chats = ReadChats(o.chat);
-    if (!chats.ok()) return Fail(2, chats.status().message());
+    if (!chats.ok()) return GenerateFail(2, chats.status().message());
     for (const auto& messages : *chats) {
       std::string rendered;
       auto ids = text->EncodeChat(messages, &rendered);
-      if (!ids.ok()) return Fail(2, ids.status().message());
+      if (!ids.ok()) return GenerateFail(2, ids.status().message());
       shown.push_back(rendered);
       prompts.push_back(std::move(*ids));
     }
@@ -117,7 +117,7 @@ int Run(const Options& o) {
           "the longest prompt (" + std::to_string(longest) + " tokens) + --max-new-tokens " +
               std::to_string(o.max_new_tokens) + " = " + std::to_string(max_len));
       !s.ok()) {
-    return Fail(2, s.message() + " (shorten the prompt or lower --max-new-tokens)");
+    return GenerateFail(2, s.message() + " (shorten the prompt or lower --max-new-tokens)");
   }
   infer::GenerateOptions go;
   go.max_new_tokens = o.max_new_tokens;
@@ -127,13 +127,13 @@ int Run(const Options& o) {
   go.sampling.seed = static_cast<uint64_t>(o.seed);
   go.stop_ids = o.stop_ids;
   for (int32_t id : text->stop_ids()) go.stop_ids.push_back(id);
-  if (Status s = infer::ValidateSampling(go.sampling); !s.ok()) return Fail(2, s.message());
+  if (Status s = infer::ValidateSampling(go.sampling); !s.ok()) return GenerateFail(2, s.message());
 
   const infer::KvCachePlan plan =
       llama::PlanLlamaKvCache(mc, static_cast<int64_t>(prompts.size()), max_len);
   int code = 2;
   auto placed = PlaceForGenerate(*weights, o.config, plan, &code);
-  if (!placed.ok()) return Fail(code, placed.status().message());
+  if (!placed.ok()) return GenerateFail(code, placed.status().message());
   GeneratePlacement& pl = **placed;
   std::fprintf(stderr,
                "strata generate: %s, %.2fM parameters, weights %s; text: %s\n"
@@ -142,10 +142,10 @@ int Run(const Options& o) {
                weights->source.c_str(), static_cast<double>(mc.NumParameters()) / 1e6,
                pl.where.c_str(), text->source().c_str(),
                static_cast<long long>(mc.num_hidden_layers), prompts.size(),
-               static_cast<long long>(plan.cache_rows), Mib(plan.cache_bytes).c_str(),
-               Mib(plan.workspace_bytes).c_str());
+               static_cast<long long>(plan.cache_rows), GenerateMib(plan.cache_bytes).c_str(),
+               GenerateMib(plan.workspace_bytes).c_str());
   auto dec = llama::LlamaDecoder::Create(pl.model.get(), plan.max_batch, plan.max_len);
-  if (!dec.ok()) return Fail(1, dec.status().message());
+  if (!dec.ok()) return GenerateFail(1, dec.status().message());
   pl.Attach(**dec);
   const bool stream_text = !o.json && prompts.size() == 1;
   if (stream_text) {
@@ -160,7 +160,7 @@ int Run(const Options& o) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
   });
-  if (!r.ok()) return Fail(1, r.status().message());
+  if (!r.ok()) return GenerateFail(1, r.status().message());
   int64_t new_tokens = 0;
   for (const auto& t : r->tokens) new_tokens += static_cast<int64_t>(t.size());
   const double tok_s = r->decode_s > 0 ? static_cast<double>(r->decode_steps) *
@@ -208,8 +208,8 @@ int Run(const Options& o) {
 }
 
 int RunGenerate(const std::vector<std::string>& args) {
-  Options o;
-  FlagParser flags(kUsage);
+  GenerateCliOptions o;
+  FlagParser flags(kGenerateUsage);
   flags.String("model", &o.model, "a Hugging Face directory or a Strata checkpoint directory");
   flags.String("config", &o.config, "DeepSpeed JSON config: offload_param places the weights");
   flags.String("tag", &o.tag, "the checkpoint tag (default: the one `latest` names)");
@@ -243,17 +243,17 @@ int RunGenerate(const std::vector<std::string>& args) {
   flags.Int("seed", &o.seed, "the sampling seed", 0);
   flags.Bool("json", &o.json, "one JSON object on stdout instead of text");
   std::vector<std::string> positional;
-  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return GenerateFail(2, s.message());
   if (flags.help_requested()) {
     std::printf("%s\n", flags.Help().c_str());
     return 0;
   }
-  if (!positional.empty()) return Fail(2, "unexpected argument '" + positional[0] + "'");
-  if (o.model.empty()) return Fail(2, "--model DIR is required\n" + flags.Help());
+  if (!positional.empty()) return GenerateFail(2, "unexpected argument '" + positional[0] + "'");
+  if (o.model.empty()) return GenerateFail(2, "--model DIR is required\n" + flags.Help());
   if (o.prompts.empty() && o.chat.empty()) {
-    return Fail(2, "--prompt TEXT or --chat FILE.jsonl is required\n" + flags.Help());
+    return GenerateFail(2, "--prompt TEXT or --chat FILE.jsonl is required\n" + flags.Help());
   }
-  return Run(o);
+  return RunGenerate(o);
 }
 
 }  // namespace

@@ -15,13 +15,13 @@
 namespace strata::cli {
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kInferenceUsage =
     "strata estimate --inference (--preset NAME | --model HF_DIR) [--batch N] [--max-len N]\n"
     "                [--dtype fp32|fp16|bf16] [--config CFG] [--gpu-mem B] [--json]\n"
     "  Generation's bytes per tier (device: weights or the gathered ones + KV cache + workspace;\n"
     "  pinned CPU; NVMe) for offload_param none / cpu / nvme, and each forward's traffic.";
 
-int Fail(int code, const std::string& what) {
+int InferenceFail(int code, const std::string& what) {
   std::fprintf(stderr, "strata estimate: %s\n", what.c_str());
   return code;
 }
@@ -43,7 +43,7 @@ int RunInferenceEstimate(const std::vector<std::string>& raw) {
   int64_t batch = 1, max_len = 0;
   uint64_t gpu_mem = StrataConfig{}.device_memory_bytes;
   bool json = false;
-  FlagParser flags(kUsage);
+  FlagParser flags(kInferenceUsage);
   flags.String("preset", &preset, "a Llama preset: tiny, small, 1b, 7b");
   flags.String("model", &model, "a Hugging Face Llama directory (reads config.json)");
   flags.Int("batch", &batch, "sequences generated together", 1);
@@ -53,26 +53,27 @@ int RunInferenceEstimate(const std::vector<std::string>& raw) {
   flags.Bytes("gpu-mem", &gpu_mem, "device memory (default: the host-emulated device's)");
   flags.Bool("json", &json, "print one JSON object");
   std::vector<std::string> positional;
-  if (Status s = flags.Parse(args, &positional); !s.ok()) return Fail(2, s.message());
+  if (Status s = flags.Parse(args, &positional); !s.ok()) return InferenceFail(2, s.message());
   if (flags.help_requested()) {
     std::printf("%s\n", flags.Help().c_str());
     return 0;
   }
-  if (preset.empty() == model.empty()) return Fail(2, "give one of --preset NAME or --model DIR");
+  if (preset.empty() == model.empty())
+    return InferenceFail(2, "give one of --preset NAME or --model DIR");
   Result<llama::LlamaConfig> mc =
       preset.empty() ? llama::ReadLlamaConfig(model) : llama::LlamaPreset(preset);
-  if (!mc.ok()) return Fail(2, mc.status().message());
+  if (!mc.ok()) return InferenceFail(2, mc.status().message());
   if (max_len == 0) max_len = mc->max_position_embeddings;
   if (Status s = llama::CheckSequenceLength(*mc, max_len, "--max-len " + std::to_string(max_len));
       !s.ok()) {
-    return Fail(2, s.message());
+    return InferenceFail(2, s.message());
   }
   RunContext run;
   run.micro_batch_per_gpu = 1;
   run.gradient_accumulation_steps = 1;
   Result<Config> cfg =
       config_path.empty() ? LoadConfigText("{}", "(defaults)", run) : LoadConfig(config_path, run);
-  if (!cfg.ok()) return Fail(2, cfg.status().message());
+  if (!cfg.ok()) return InferenceFail(2, cfg.status().message());
   const uint64_t cb = config_path.empty()                        ? (dtype == "fp32" ? 4 : 2)
                       : (cfg->bf16.enabled || cfg->fp16.enabled) ? 2
                                                                  : 4;

@@ -9,7 +9,7 @@ namespace strata::cli {
 
 namespace {
 
-std::string Mib(uint64_t bytes) {
+std::string PlaceMib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
@@ -65,9 +65,9 @@ Result<std::unique_ptr<GeneratePlacement>> PlaceForGenerate(const GenerateWeight
   if (need > free_bytes) {
     *exit_code = 2;
     return OutOfMemoryError(
-        "device: the KV cache and workspace (" + Mib(plan.total_bytes()) + ")" +
-        (zero_inference ? std::string() : " + the weights (" + Mib(weight_bytes) + ")") + " need " +
-        Mib(need) + " but the device has " + Mib(free_bytes) +
+        "device: the KV cache and workspace (" + PlaceMib(plan.total_bytes()) + ")" +
+        (zero_inference ? std::string() : " + the weights (" + PlaceMib(weight_bytes) + ")") +
+        " need " + PlaceMib(need) + " but the device has " + PlaceMib(free_bytes) +
         (zero_inference ? " (lower --max-new-tokens, give fewer prompts, or raise "
                           "strata.device_memory)"
                         : " (offload the weights: zero_optimization.stage 3 with offload_param "
@@ -85,11 +85,11 @@ Result<std::unique_ptr<GeneratePlacement>> PlaceForGenerate(const GenerateWeight
                                                             pl->stream, dtype, weights.init));
     const ZeroInferenceStats s = pl->zero->stats();
     const std::string tier = s.tier == Tier::kNvme
-                                 ? "on NVMe (" + Mib(s.store_nvme_bytes) + ", " +
-                                       Mib(s.store_cpu_bytes) + " pinned CPU buffers)"
+                                 ? "on NVMe (" + PlaceMib(s.store_nvme_bytes) + ", " +
+                                       PlaceMib(s.store_cpu_bytes) + " pinned CPU buffers)"
                              : s.tier == Tier::kCpu ? "in pinned CPU memory"
                                                     : "on the device";
-    pl->where = std::string(DTypeName(dtype)) + ", " + Mib(s.weight_bytes) + ", " + tier +
+    pl->where = std::string(DTypeName(dtype)) + ", " + PlaceMib(s.weight_bytes) + ", " + tier +
                 ", streamed per module (ZeRO-Inference)";
   } else {
     std::vector<float> values;
@@ -100,7 +100,7 @@ Result<std::unique_ptr<GeneratePlacement>> PlaceForGenerate(const GenerateWeight
           nn::UploadParameter(pl->stream, *p, values.data(), DType::kFloat32, values.size()));
     }
     STRATA_RETURN_IF_ERROR(pl->stream.Synchronize());
-    pl->where = std::string(DTypeName(dtype)) + ", " + Mib(weight_bytes) + ", on the device";
+    pl->where = std::string(DTypeName(dtype)) + ", " + PlaceMib(weight_bytes) + ", on the device";
   }
   *exit_code = 0;
   return pl;

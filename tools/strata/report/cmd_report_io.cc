@@ -24,7 +24,7 @@
 namespace strata::cli {
 namespace {
 
-std::string ReadFirstLine(const std::string& path) {
+std::string ReadFirstLineOf(const std::string& path) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
@@ -32,7 +32,7 @@ std::string ReadFirstLine(const std::string& path) {
 }
 
 void AddIoUringChecks(std::vector<CheckResult>* out) {
-  std::string disabled = ReadFirstLine("/proc/sys/kernel/io_uring_disabled");
+  std::string disabled = ReadFirstLineOf("/proc/sys/kernel/io_uring_disabled");
   IoEngineOptions opts;
   Result<std::unique_ptr<IoEngine>> ring = CreateIoEngine(IoEngineKind::kIoUring, opts);
   if (!ring.ok()) {
@@ -114,8 +114,8 @@ void BlockSizes(dev_t dev, uint64_t* logical, uint64_t* physical) {
   std::string base =
       "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
   for (const std::string& q : {base + "/queue/", base + "/../queue/"}) {
-    std::string l = ReadFirstLine(q + "logical_block_size");
-    std::string p = ReadFirstLine(q + "physical_block_size");
+    std::string l = ReadFirstLineOf(q + "logical_block_size");
+    std::string p = ReadFirstLineOf(q + "physical_block_size");
     if (!l.empty() && !p.empty()) {
       *logical = std::strtoull(l.c_str(), nullptr, 10);
       *physical = std::strtoull(p.c_str(), nullptr, 10);
