@@ -123,13 +123,16 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
   const double t1 = s1.seconds, tn = sn.seconds;
   const double ratio = t1 / tn;
-  // Note [Serial share]: two figures a loaded machine does not move the way it moves wall-clock
-  // ratios. (1) Measured: each side's CPU critical path, setup + the busiest thread's CPU and idle
-  // seconds + finish (on free cores the wall time is about that), and their ratio. (2) Modelled
-  // from the 1-thread run: its CPU split into the part one thread does at a time (setup, loading
-  // the tokenizer, writing in order, finishing) and the part threads share (rendering,
-  // tokenizing); as the tokenizer loads while other threads render, T threads need at least
-  // max(serial, (serial + parallel) / T), which bounds the ratio.
+  // Note [Serial share]: figures a loaded machine does not move the way it moves wall-clock
+  // ratios. (1) Each side's CPU critical path, setup + the busiest thread's CPU and idle seconds
+  // + finish (on free cores the wall time is about that), and their ratio; pessimistic on a busy
+  // machine, where a thread that waits for a core leaves more chunks to the other. (2) The same
+  // with the lines' CPU of the T-thread run spread evenly, as chunks claimed one at a time spread
+  // it on free cores, but never below its tokenizer load: setup + max(load, lines CPU / T) +
+  // finish; this keeps the CPU the threads cost each other. (3) The 1-thread run's CPU split into
+  // the part one thread does at a time (setup, loading the tokenizer, writing in order,
+  // finishing) and the part threads share (rendering, tokenizing); as the tokenizer loads while
+  // other threads render, T threads need at least max(serial, (serial + parallel) / T).
   auto path = [](const strata::data::PreparePhases& p) {
     return p.setup_cpu + p.busiest_thread_seconds + p.finish_cpu;
   };
@@ -140,6 +143,11 @@ int main(int argc, char** argv) {
   const double bound =
       std::max(serial_cpu, (serial_cpu + parallel_cpu) / static_cast<double>(threads));
   const double ceiling = (serial_cpu + parallel_cpu) / bound;
+  const auto& pn = sn.phases;
+  const double lines_cpu_n = pn.load_cpu + pn.render_cpu + pn.tokenize_cpu + pn.write_cpu;
+  const double spread_n = pn.setup_cpu +
+                          std::max(pn.load_cpu, lines_cpu_n / static_cast<double>(threads)) +
+                          pn.finish_cpu;
   auto phases_json = [](const strata::data::PreparePhases& p) {
     return nlohmann::json{{"setup_s", p.setup_seconds},
                           {"lines_s", p.lines_seconds},
@@ -169,6 +177,8 @@ int main(int argc, char** argv) {
                         {"serial_cpu_1", serial_cpu},
                         {"parallel_cpu_1", parallel_cpu},
                         {"cpu_bound_ratio", ceiling},
+                        {"cpu_spread_n", spread_n},
+                        {"cpu_spread_ratio", path_1 / spread_n},
                         {"phases_1", phases_json(s1.phases)},
                         {"phases_n", phases_json(sn.phases)}};
     std::printf("%s\n", j.dump().c_str());
@@ -190,8 +200,11 @@ int main(int argc, char** argv) {
           p.setup_cpu, p.load_cpu, p.render_cpu, p.tokenize_cpu, p.write_cpu, p.finish_cpu,
           p.idle_seconds, p.busiest_thread_seconds);
     }
-    std::printf("  CPU critical path: %.3f s on 1 thread, %.3f s on %lld: %.2fx\n", path_1, path_n,
-                static_cast<long long>(threads), path_1 / path_n);
+    std::printf(
+        "  CPU critical path: %.3f s on 1 thread, %.3f s on %lld: %.2fx; spread evenly %.3f s: "
+        "%.2fx\n",
+        path_1, path_n, static_cast<long long>(threads), path_1 / path_n, spread_n,
+        path_1 / spread_n);
     std::printf(
         "  1 thread's CPU: %.3f s serial (setup, tokenizer load, ordered write, finish) + %.3f s "
         "parallel (render, tokenize): %.2fx at most on %lld threads\n",

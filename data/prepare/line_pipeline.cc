@@ -77,11 +77,13 @@ void LinePipeline::Render(Chunk& c) {
 void LinePipeline::Tokenize(size_t index, const ExampleTokenizer& et) {
   Chunk& c = chunks_[index];
   const size_t id_bytes = narrow_ ? 2 : 4;
+  LineCounts n;  // counted here, stored once: the chunk next door is another thread's
+  std::string ids, mask;
   for (size_t i = 0; i < c.lines.size(); ++i) {
     const Line& line = c.lines[i];
     const int64_t line_no = c.begin + static_cast<int64_t>(i) + 1;
     if (line.blank) {
-      ++c.counts.blank_lines;
+      ++n.blank_lines;
       continue;
     }
     Result<ExampleTokens> toks = line.parse.ok() ? et.Tokenize(line.rendered, file_, line_no)
@@ -94,30 +96,34 @@ void LinePipeline::Tokenize(size_t index, const ExampleTokenizer& et) {
       break;
     }
     if (toks->skipped) {
-      ++c.counts.skipped;
+      ++n.skipped;
       continue;
     }
     if (toks->ids.empty()) continue;
-    ++c.counts.examples;
-    c.counts.truncated += toks->truncated;
-    const size_t n = toks->ids.size();
-    const size_t at = c.mask.size();
-    c.mask.resize(at + n);
-    c.ids.resize((at + n) * id_bytes);
-    for (size_t t = 0; t < n; ++t) {
+    ++n.examples;
+    n.truncated += toks->truncated;
+    const size_t count = toks->ids.size();
+    const size_t at = mask.size();
+    mask.resize(at + count);
+    ids.resize((at + count) * id_bytes);
+    int64_t loss_tokens = 0;
+    for (size_t t = 0; t < count; ++t) {
       const uint32_t id = static_cast<uint32_t>(toks->ids[t]);
       if (narrow_) {
         const uint16_t narrow_id = static_cast<uint16_t>(id);
-        std::memcpy(&c.ids[(at + t) * 2], &narrow_id, 2);  // little-endian host
+        std::memcpy(&ids[(at + t) * 2], &narrow_id, 2);  // little-endian host
       } else {
-        std::memcpy(&c.ids[(at + t) * 4], &id, 4);
+        std::memcpy(&ids[(at + t) * 4], &id, 4);
       }
-      c.mask[at + t] =
-          static_cast<char>((toks->loss[t] ? kMaskLoss : 0) | (t == 0 ? kMaskStart : 0));
-      c.counts.loss_tokens += toks->loss[t] != 0;
+      mask[at + t] = static_cast<char>((toks->loss[t] ? kMaskLoss : 0) | (t == 0 ? kMaskStart : 0));
+      loss_tokens += toks->loss[t] != 0;
     }
-    c.counts.tokens += static_cast<int64_t>(n);
+    n.loss_tokens += loss_tokens;
+    n.tokens += static_cast<int64_t>(count);
   }
+  c.counts = n;
+  c.ids = std::move(ids);
+  c.mask = std::move(mask);
   std::vector<Line>().swap(c.lines);
   lines_done_.fetch_add(c.end - c.begin, std::memory_order_relaxed);
 }
