@@ -4,10 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh --tests
-# A unity build (CMAKE_UNITY_BUILD): each library's files compile a few at a time in one
-# translation unit, about half the libraries' compile time; the test suites stay one file at a
-# time (tests/CMakeLists.txt). A file-local name that two files of one library share breaks it:
-# rename one (or, as tokenizers/ does, compile that file on its own).
+# Every tree is a unity build (CMAKE_UNITY_BUILD): each library's files compile a few at a time
+# in one translation unit, about half the libraries' compile time; the test suites stay one file
+# at a time (tests/CMakeLists.txt). A file-local name that two files of one library share breaks
+# it: rename one (or, as tokenizers/ does, compile that file on its own).
 unity=(-DCMAKE_UNITY_BUILD=ON)
 # Everything, the CUDA path included whenever nvcc is here (GPU or not, so it cannot rot): the
 # switches are given explicitly since scripts/run.sh may have turned them off in this tree. One
@@ -46,7 +46,7 @@ else
     "race-checked in this run" >&2
 fi
 # Only the `threaded` suites are built here (STRATA_TEST_LABELS): the others never run under TSan.
-scripts/build.sh build-tsan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=thread \
+scripts/build.sh build-tsan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=thread "${unity[@]}" \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
   -DSTRATA_WITH_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_TEST_LABELS=threaded "${tbb_args[@]}"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j 2 -L threaded)
