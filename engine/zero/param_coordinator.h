@@ -64,6 +64,9 @@ struct ParamCoordinatorOptions {
   int64_t prefetch_bucket_numel = 0;     // stage3_prefetch_bucket_size (0: no prefetch)
   int64_t max_live_numel = 0;            // stage3_max_live_parameters
   int64_t max_reuse_distance_numel = 0;  // stage3_max_reuse_distance
+  // Forward-only passes (ZeRO-Inference): NVMe reads are issued as far ahead as
+  // stage3_max_live_parameters allows, not just in time (Note [Read-ahead]).
+  bool eager_read_ahead = false;
 };
 
 struct CoordinatorStats {

@@ -59,6 +59,7 @@ Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const Zer
     co.prefetch_bucket_numel = o.prefetch_bucket_numel;
     co.max_live_numel = o.max_live_numel;
     co.max_reuse_distance_numel = o.max_reuse_distance_numel;
+    co.eager_read_ahead = o.forward_only;
     h->coord_ = std::make_unique<ParamCoordinator>(co, static_cast<Gatherer*>(h.get()));
     Result<Stream> g = o.device->CreateStream();
     if (!g.ok()) return g.status().WithContext("zero hooks: the gather stream");
