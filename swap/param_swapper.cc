@@ -168,33 +168,28 @@ Status ParamSwapper::FinishIo(ParamId id, Param& p, std::unique_lock<std::mutex>
   return Status::Ok();
 }
 
-Status ParamSwapper::WaitIn(std::span<const ParamId> ids) {
+Status ParamSwapper::WaitFor(std::span<const ParamId> ids, State io, bool need_swapped_in) {
   std::unique_lock lock(mu_);
   Status first;
   for (ParamId id : ids) {
     auto p = Find(id);
     if (!p.ok()) return p.status();
-    if ((*p)->state == State::kOnNvme) {
+    if (need_swapped_in && (*p)->state == State::kOnNvme) {
       return FailedPreconditionError("param " + std::to_string(id) + " was not swapped in");
     }
-    if ((*p)->state != State::kReading) continue;
+    if ((*p)->state != io) continue;
     Status s = FinishIo(id, **p, lock);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
 }
 
+Status ParamSwapper::WaitIn(std::span<const ParamId> ids) {
+  return WaitFor(ids, State::kReading, /*need_swapped_in=*/true);
+}
+
 Status ParamSwapper::WaitOut(std::span<const ParamId> ids) {
-  std::unique_lock lock(mu_);
-  Status first;
-  for (ParamId id : ids) {
-    auto p = Find(id);
-    if (!p.ok()) return p.status();
-    if ((*p)->state != State::kWriting) continue;
-    Status s = FinishIo(id, **p, lock);
-    if (!s.ok() && first.ok()) first = s;
-  }
-  return first;
+  return WaitFor(ids, State::kWriting, /*need_swapped_in=*/false);
 }
 
 Result<std::span<uint8_t>> ParamSwapper::Data(ParamId id) {

@@ -106,6 +106,9 @@ class ParamSwapper {
   ParamSwapper(const ParamSwapperOptions& o) : options_(o) {}
   Result<Param*> Find(ParamId id);
   Status FinishIo(ParamId id, Param& p, std::unique_lock<std::mutex>& lock);
+  // WaitIn / WaitOut: finishes the I/O of each id in state `io`; `need_swapped_in`: an id still
+  // only on NVMe is FailedPrecondition.
+  Status WaitFor(std::span<const ParamId> ids, State io, bool need_swapped_in);
 
   ParamSwapperOptions options_;
   std::unique_ptr<SwapSpace> space_;

@@ -214,7 +214,7 @@ class NvmeParamStore final : public ParamStore {
         STRATA_RETURN_IF_ERROR(FinishFill(param));
         [[fallthrough]];
       case State::kWriting:  // Note [Served from the write-back]
-        STRATA_RETURN_IF_ERROR(FinishWriteKeep(param));
+        STRATA_RETURN_IF_ERROR(FlushOne(param, /*keep_buffer=*/true));
         break;
       case State::kPrefetched:
         Unprefetch(param);
@@ -628,36 +628,23 @@ class NvmeParamStore final : public ParamStore {
     return Status::Ok();
   }
 
-  // Waits for shard `param`'s write in flight and gives its buffer back; its error if it failed
-  // (the swapper then keeps that shard's buffer: it holds the only copy).
-  Status FlushOne(size_t param) {
+  // Waits for shard `param`'s write in flight and gives its buffer back (or keeps it); its error
+  // if it failed (the swapper then keeps that shard's buffer: it holds the only copy).
+  Status FlushOne(size_t param, bool keep_buffer = false) {
     auto it = std::find(writing_.begin(), writing_.end(), param);
     if (it == writing_.end()) return Status::Ok();
     writing_.erase(it);
     const ParamId id = static_cast<ParamId>(param);
-    Status st = swapper_->Release({&id, 1});
+    // Note [Served from the write-back]: `keep_buffer` (Acquire) keeps the buffer, which holds
+    // exactly the bytes written, for the gather to read. Flushing the write and reading the shard
+    // back (as Acquire once did) read every updated shard of the step again, one synchronous read
+    // per gather: the next forward's reads, one at a time. A failed write keeps its buffer in the
+    // swapper either way (the only copy).
+    Status st = keep_buffer ? swapper_->WaitOut({&id, 1}) : swapper_->Release({&id, 1});
     slots_[param].state = State::kIdle;
     slots_[param].data = nullptr;
     if (!st.ok()) return st.WithContext(Where(param, "write"));
     slots_[param].written = true;
-    return Status::Ok();
-  }
-
-  // Note [Served from the write-back]: Acquire waits for shard `param`'s write in flight and keeps
-  // its buffer, which holds exactly the bytes written: the gather reads them from there. Flushing
-  // the write and reading the shard back (as Acquire once did) read every updated shard of the
-  // step again, one synchronous read per gather: the next forward's reads, one at a time.
-  Status FinishWriteKeep(size_t param) {
-    auto it = std::find(writing_.begin(), writing_.end(), param);
-    if (it == writing_.end()) return Status::Ok();
-    writing_.erase(it);
-    const ParamId id = static_cast<ParamId>(param);
-    Slot& s = slots_[param];
-    s.state = State::kIdle;
-    s.data = nullptr;
-    // A failed write keeps its buffer in the swapper (the only copy), as FlushOne's Release does.
-    STRATA_RETURN_IF_ERROR(swapper_->WaitOut({&id, 1}).WithContext(Where(param, "write")));
-    s.written = true;
     return Status::Ok();
   }
 
