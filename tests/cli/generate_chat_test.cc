@@ -35,8 +35,8 @@ class GenerateChatTest : public ::testing::Test {
     const auto r = testing::RunCommand(std::string(STRATA_BIN) +
                                        " train --config " STRATA_SOURCE_DIR
                                        "/configs/llama_sft_cpu.json --init tiny --vocab-size "
-                                       "128256 --steps 1 --save " +
-                                       dir_.File("ckpt") + " --export " + model_);
+                                       "128256 --steps 1 --export " +
+                                       model_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     fs::copy_file(kTok + "/tokenizer.json", model_ + "/tokenizer.json");
     fs::copy_file(kTok + "/tokenizer_config.json", model_ + "/tokenizer_config.json");
