@@ -159,6 +159,11 @@ Status StepOverlap::Settle(StepBreakdown* b) {
     const NvmeOptimizerState::AsyncStats st = o_.nvme_opt->TakeAsyncStats();
     b->nvme_read_bytes += st.bytes_read;
     b->nvme_write_bytes += st.bytes_written;
+    if (GradRegion* region = o_.nvme_opt->grad_region(); region != nullptr) {
+      const GradRegion::Stats rs = region->TakeStats();  // the updates' gradient reads
+      b->nvme_read_bytes += rs.bytes_read;
+      b->nvme_write_bytes += rs.bytes_written;
+    }
   }
   if (first.ok() && std::find(final_.begin(), final_.end(), 0) != final_.end()) {
     first = InternalError("deferred updates: a sub-group was not updated");
