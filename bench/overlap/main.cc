@@ -84,6 +84,8 @@ struct Options {
   std::string trace;
   int64_t buffer_count = 4;
   int64_t max_in_cpu = -1;
+  int64_t param_buffer_size = -1;
+  uint64_t sweep_write_bytes = uint64_t{1} << 30;
   int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section's defaults
 };
 
@@ -163,6 +165,8 @@ int Run(const Options& o) {
     so.checksums = !o.no_checksums;
     so.buffer_count = o.buffer_count;
     so.max_in_cpu = name == "nvme" ? 0 : o.max_in_cpu;  // every parameter streamed
+    so.param_buffer_size = o.param_buffer_size;
+    so.sweep_write_bytes = o.sweep_write_bytes;
     so.aio_queue_depth = o.aio_queue_depth;
     so.aio_block_size = o.aio_block_size;
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
@@ -289,6 +293,12 @@ int main(int argc, char** argv) {
             "offload_param.max_in_cpu in elements (-1: DeepSpeed's default, every parameter "
             "kept in CPU memory; 0: every parameter read from NVMe at each use)",
             -1, int64_t{1} << 40);
+  flags.Int("param-buffer-size", &o.param_buffer_size,
+            "offload_param.buffer_size in elements, at least the largest parameter (-1: "
+            "DeepSpeed's default 1e8, five 400 MB buffers page-locked per engine)",
+            -1, int64_t{1} << 40);
+  flags.Bytes("sweep-write-bytes", &o.sweep_write_bytes,
+              "bytes the bound's aio sweep writes, twice (at most the swap files' bytes)");
   flags.Int("aio-queue-depth", &o.aio_queue_depth, "aio.queue_depth (both engines and the sweep)",
             1, 1024);
   flags.Int("aio-block-size", &o.aio_block_size,
@@ -313,5 +323,6 @@ int main(int argc, char** argv) {
   if (o.link_gbps < 0) strata::bench::Die("--link-gbps must be >= 0");
   if (o.link_gbps_nvme < 0) strata::bench::Die("--link-gbps-nvme must be >= 0");
   if (o.state_over_device <= 0) strata::bench::Die("--state-over-device must be > 0");
+  if (o.sweep_write_bytes == 0) strata::bench::Die("--sweep-write-bytes must be > 0");
   return strata::bench::Run(o);
 }

@@ -76,6 +76,9 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
   json param = {{"device", s.param_device}};
   if (s.param_device == "nvme") param["nvme_path"] = swap_dir;
   if (s.param_device == "nvme" && o.max_in_cpu >= 0) param["max_in_cpu"] = o.max_in_cpu;
+  if (s.param_device == "nvme" && o.param_buffer_size >= 0) {
+    param["buffer_size"] = o.param_buffer_size;
+  }
   json zero = {{"stage", 3},
                {"sub_group_size", o.sub_group_size},
                {"overlap_comm", s.overlapped},
@@ -217,7 +220,7 @@ Result<json> RunSize(const SizeOptions& o) {
         t_adam.push_back(s);
         cpu_adam.push_back(adam->last_cpu_s());
       } else if (part == 4) {
-        STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, uint64_t{1} << 30));
+        STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, o.sweep_write_bytes));
         rd_gbps.push_back(speed.read_gbps);
         wr_gbps.push_back(speed.write_gbps);
       } else {
@@ -227,7 +230,7 @@ Result<json> RunSize(const SizeOptions& o) {
           return Status::Ok();
         };
         STRATA_ASSIGN_OR_RETURN(AioSpeed loaded,
-                                MeasureAioSweep(odir, aio, request, uint64_t{1} << 30, load));
+                                MeasureAioSweep(odir, aio, request, o.sweep_write_bytes, load));
         rd_loaded.push_back(loaded.read_gbps);
         wr_loaded.push_back(loaded.write_gbps);
       }
@@ -277,6 +280,8 @@ Result<json> RunSize(const SizeOptions& o) {
   j["seq"] = o.seq;
   j["gradient_clipping"] = o.clip;
   j["max_in_cpu"] = o.max_in_cpu;
+  j["param_buffer_size"] = o.param_buffer_size;
+  j["aio_sweep_write_bytes"] = o.sweep_write_bytes;
   j["swap_checksums"] = o.checksums;
   j["batch"] = o.batch;
   j["param_device"] = param_note;

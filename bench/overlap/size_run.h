@@ -36,6 +36,12 @@ struct SizeOptions {
   // offload_param.max_in_cpu (elements of parameters kept in CPU memory; the rest are read from
   // NVMe at each use); < 0: DeepSpeed's default (1e9: every parameter of this model).
   int64_t max_in_cpu = -1;
+  // offload_param.buffer_size (elements per pinned read buffer; at least the largest parameter);
+  // < 0: DeepSpeed's default (1e8, 400 MB of fp32 per buffer, page-locked at start).
+  int64_t param_buffer_size = -1;
+  // Bytes the bound's aio sweep writes (twice: an untimed pass, then the timed overwrite), at
+  // most the bytes of the swap files it reads.
+  uint64_t sweep_write_bytes = uint64_t{1} << 30;
   int64_t aio_queue_depth = 8, aio_block_size = 1 << 20;  // the `aio` section
 };
 

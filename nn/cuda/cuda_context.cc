@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nn/cuda/cuda_nn_kernels.h"
+#include "offload/device/cuda/cublas_library.h"
 #include "offload/device/cuda/cuda_device.h"
 
 namespace strata::nn::internal::cuda {
@@ -128,8 +129,10 @@ Status CudaErr(int err, const char* op, const char* what) {
 
 Status BlasErr(cublasStatus_t status, const char* op, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  // A status comes from a cuBLAS call, so cuBLAS is loaded (Note [cuBLAS loaded on demand]).
+  const ::strata::internal::CublasApi& blas = ::strata::internal::Cublas();
   std::string msg =
-      Where(op, what) + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")";
+      Where(op, what) + blas.status_name(status) + " (" + blas.status_string(status) + ")";
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return OutOfMemoryError("out of memory on tier device: " + msg);
@@ -157,6 +160,10 @@ Result<OpStream> Resolve(const Stream& stream, const char* op) {
 }
 
 Result<BlasLease> LeaseBlas(const OpStream& s) {
+  // Loaded when the stream's CudaDevice was created (Note [cuBLAS loaded on demand]); this only
+  // reads the table, or repeats the load's error.
+  Result<const ::strata::internal::CublasApi*> blas = ::strata::internal::LoadCublas();
+  if (!blas.ok()) return blas.status().WithContext(s.op);
   BlasEntry* entry;
   {
     std::lock_guard lock(g_blas_mu);
@@ -164,14 +171,15 @@ Result<BlasLease> LeaseBlas(const OpStream& s) {
         BlasEntries()[BlasKey(s.ordinal, reinterpret_cast<uintptr_t>(s.cuda))];
     if (slot == nullptr) {
       cublasHandle_t handle = nullptr;
-      STRATA_RETURN_IF_ERROR(BlasErr(cublasCreate(&handle), s.op, "cublasCreate"));
+      STRATA_RETURN_IF_ERROR(BlasErr((*blas)->create(&handle), s.op, "cublasCreate"));
       slot = std::make_unique<BlasEntry>();
       slot->handle = handle;
     }
     entry = slot.get();
   }
   std::unique_lock lock(entry->mu);
-  STRATA_RETURN_IF_ERROR(BlasErr(cublasSetStream(entry->handle, s.cuda), s.op, "cublasSetStream"));
+  STRATA_RETURN_IF_ERROR(
+      BlasErr((*blas)->set_stream(entry->handle, s.cuda), s.op, "cublasSetStream"));
   return BlasLease(entry->handle, std::move(lock));
 }
 
@@ -239,7 +247,7 @@ Status RunGemm(const OpStream& s, cublasHandle_t handle, const RowMajorGemm& g) 
   // Row-major C[m, n] is column-major C^T[n, m] = op(B)^T op(A)^T: swap the operands.
   const float alpha = g.alpha, beta = g.beta;
   return BlasErr(
-      cublasGemmStridedBatchedEx(
+      ::strata::internal::Cublas().gemm_strided_batched(
           handle, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha, g.b, g.type,
           static_cast<int>(g.ldb), g.stride_b, g.a, g.type, static_cast<int>(g.lda), g.stride_a,

@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "offload/device/cuda/cublas_library.h"
 #include "offload/device/cuda/cuda_kernels.h"
 #include "offload/device/memory_ledger.h"
 
@@ -454,6 +455,11 @@ Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& option
   if (options.ordinal < 0 || options.ordinal >= count) {
     return UnavailableError("no CUDA device " + std::to_string(options.ordinal) + " (found " +
                             std::to_string(count) + ")");
+  }
+  // The CUDA nn ops need cuBLAS: load it now (Note [cuBLAS loaded on demand]), so a missing
+  // library is said here, naming it, rather than at the first GEMM.
+  if (Result<const internal::CublasApi*> blas = internal::LoadCublas(); !blas.ok()) {
+    return blas.status().WithContext("cuda:" + std::to_string(options.ordinal));
   }
   cudaDeviceProp prop{};
   STRATA_RETURN_IF_ERROR(
