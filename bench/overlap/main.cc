@@ -81,6 +81,7 @@ struct Options {
   int64_t sub_group_size = 4000000;
   double clip = 0.0;
   bool no_checksums = false;
+  bool no_defer = false;
   std::string trace;
   int64_t buffer_count = 4;
   int64_t max_in_cpu = -1;
@@ -163,6 +164,7 @@ int Run(const Options& o) {
     so.sub_group_size = o.sub_group_size;
     so.clip = o.clip;
     so.checksums = !o.no_checksums;
+    so.deferred_updates = !o.no_defer;
     so.buffer_count = o.buffer_count;
     so.max_in_cpu = name == "nvme" ? 0 : o.max_in_cpu;  // every parameter streamed
     so.param_buffer_size = o.param_buffer_size;
@@ -308,6 +310,9 @@ int main(int argc, char** argv) {
                "Chrome trace of the overlapped engine: <trace>.<size>.json (default: none)");
   flags.Double("clip", &o.clip,
                "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
+  flags.Bool("no-defer", &o.no_defer,
+             "strata.deferred_updates false in the overlapped schedule (measures what deferring "
+             "the step's updates into the next forward buys)");
   flags.Bool("no-checksums", &o.no_checksums,
              "strata.swap_checksums false (measures what the swap checksums cost)");
   flags.Int("threads", &o.threads, "threads for oneTBB (GEMMs, kernels) and the CPU optimizer", 1,

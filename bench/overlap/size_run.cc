@@ -103,7 +103,8 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
               {"overlap_step", s.overlapped},
-              {"swap_checksums", o.checksums}}},
+              {"swap_checksums", o.checksums},
+              {"deferred_updates", o.deferred_updates}}},
             {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   return c.dump();
@@ -283,6 +284,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["param_buffer_size"] = o.param_buffer_size;
   j["aio_sweep_write_bytes"] = o.sweep_write_bytes;
   j["swap_checksums"] = o.checksums;
+  j["deferred_updates"] = o.deferred_updates;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;
