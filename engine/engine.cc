@@ -57,6 +57,10 @@ Engine::Engine(nn::CausalLM& model, const Config& config, Communicator& comm, De
       impl_(std::make_unique<Impl>()) {}
 
 Engine::~Engine() {
+  // The last step's deferred updates run to the end (its errors are the caller's to miss: a
+  // checkpoint or a read of the weights settles them first and reports them).
+  if (impl_ != nullptr) SettleDeferred().IgnoreError();
+  if (impl_ != nullptr && impl_->store != nullptr) impl_->store->set_fence(nullptr);
   if (impl_ != nullptr && impl_->hooks != nullptr) model_.RemoveHooksRecursive(impl_->hooks.get());
   if (impl_ != nullptr) impl_->Release(device_);  // streams drained, device buffers freed
   opt_.reset();  // its pinned slab is charged to the budget impl_ may own
@@ -423,6 +427,9 @@ Status Engine::Backward() {
     STRATA_ASSIGN_OR_RETURN(Event begin, device_.CreateEvent());
     STRATA_ASSIGN_OR_RETURN(Event end, device_.CreateEvent());
     STRATA_RETURN_IF_ERROR(begin.Record(impl_->compute));
+    // The last step's deferred updates have run during the forward; the backward's gradients go
+    // where they read theirs.
+    STRATA_RETURN_IF_ERROR(SettleDeferred());
     if (impl_->reducer != nullptr) {  // the gradient target's pass (the NVMe region accumulates)
       const int64_t g = static_cast<int64_t>(gas);
       STRATA_RETURN_IF_ERROR(impl_->reducer->BeginPass(stats_.micro_steps % g == 0,
@@ -450,6 +457,7 @@ const StepBreakdown& Engine::last_breakdown() const { return impl_->last_breakdo
 Status Engine::FlushTrace() { return impl_->tracer->Flush(); }
 
 Status Engine::Synchronize() {
+  STRATA_RETURN_IF_ERROR(SettleDeferred());
   STRATA_RETURN_IF_ERROR(impl_->compute.Synchronize());
   if (impl_->nvme_opt != nullptr) STRATA_RETURN_IF_ERROR(impl_->nvme_opt->SettleWrites());
   if (impl_->store != nullptr) STRATA_RETURN_IF_ERROR(impl_->store->Drain());
@@ -457,6 +465,7 @@ Status Engine::Synchronize() {
 }
 
 Status Engine::ReadMaster(size_t flat_begin, std::span<float> out) {
+  STRATA_RETURN_IF_ERROR(SettleDeferred());
   if (impl_->nvme_opt != nullptr) {
     return impl_->nvme_opt->ReadState(flat_begin, out.size(), out.data(), nullptr, nullptr);
   }
@@ -464,6 +473,7 @@ Status Engine::ReadMaster(size_t flat_begin, std::span<float> out) {
 }
 
 Status Engine::WriteMaster(size_t flat_begin, std::span<const float> in) {
+  STRATA_RETURN_IF_ERROR(SettleDeferred());
   if (impl_->nvme_opt != nullptr) return impl_->nvme_opt->WriteMaster(flat_begin, in);
   return opt_->Write(OptimizerState::Array::kMaster, flat_begin, in);
 }

@@ -184,6 +184,8 @@ class Engine {
   // Sub-groups whose stage-3 parameters (offload_param nvme) the overlapped step wrote back
   // before the step's own write-back (cumulative).
   int64_t early_param_write_backs() const;
+  // strata.deferred_updates: sub-groups whose update ran during the next forward (cumulative).
+  int64_t deferred_sub_groups() const;
 
  private:
   Engine(nn::CausalLM& model, const Config& config, Communicator& comm, Device& device);
@@ -196,7 +198,13 @@ class Engine {
   Status PlaceStepOverlap();
   Status BeginOverlappedBackward();
   Status BeginStepReadAhead();  // NVMe: from the boundary micro-batch's Forward
+  // strata.deferred_updates: waits for the updates the last step deferred into this forward,
+  // then zeroes the host gradients they read. Everything that touches the optimizer state, the
+  // host gradients or the shards calls it first; a no-op when nothing is deferred.
+  Status SettleDeferred();
   Status ZeroGradients();
+  Status ZeroHostGradients();    // the host / NVMe part the host optimizer steps on
+  Status ZeroDeviceGradients();  // the device gradient partition and stage 3's full slots
   // Writes the updated parameters back (stage 3: into the store, skipping the sub-groups marked in
   // `written`; stages 1-2: H2D and all-gather).
   Status WriteBackParameters(const std::vector<char>& written);

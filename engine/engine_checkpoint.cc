@@ -191,6 +191,7 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
   }
   const std::string tag = tag_in.empty() ? DefaultCheckpointTag(stats_.global_steps) : tag_in;
   STRATA_RETURN_IF_ERROR(ValidateCheckpointTag(tag));
+  STRATA_RETURN_IF_ERROR(SettleDeferred());  // the state saved is the last step's
   nlohmann::json client = nlohmann::json::parse(client_state_json, nullptr, false);
   if (client.is_discarded() || !client.is_object()) {
     return InvalidArgumentError("checkpoint: client_state must be a JSON object, got '" +
@@ -199,6 +200,7 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::string& tag_in,
   if (im.scalar == nullptr) {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
   }
+  STRATA_RETURN_IF_ERROR(SettleDeferred());  // no update runs while the state is replaced
   STRATA_RETURN_IF_ERROR(im.compute.Synchronize());
   float* flag = static_cast<float*>(im.scalar);
   const int rank = comm_.rank();

@@ -31,6 +31,8 @@ struct Engine::Impl {
   // strata.overlap_step (engine/optim/step_overlap.h; engine_overlap.cc): null when off. Uses the
   // optimizer state, so it goes first (Release).
   std::unique_ptr<StepOverlap> overlap;
+  // strata.deferred_updates in effect (engine_overlap.cc): the store's fence is `overlap`.
+  bool defer_updates = false;
   // The optimizer steps on the host (cpu tier or nvme): gradients go D2H, params H2D.
   bool host_opt = false;
   // The step being measured, and the last one finished (Engine::last_breakdown).

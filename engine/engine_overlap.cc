@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/base/trace.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 
@@ -46,7 +47,24 @@ Status Engine::PlaceStepOverlap() {
   });
   im.reducer->set_flush_hint(
       [overlap = im.overlap.get()](size_t param) { return overlap->CompletesSubGroup(param); });
+  // Note [Deferred updates] (engine/optim/step_overlap_defer.cc): stage 3 with the shards in CPU
+  // memory or on NVMe, where the worker's updates reach them without the step.
+  if (config_.strata.deferred_updates && config_.zero.stage == 3 && im.store != nullptr &&
+      im.store->on_host() && im.overlap->CanDefer()) {
+    im.defer_updates = true;
+    im.store->set_fence(im.overlap.get());
+    im.overlap->set_defer_leftovers(true);
+  }
   return Status::Ok();
+}
+
+Status Engine::SettleDeferred() {
+  Impl& im = *impl_;
+  if (im.overlap == nullptr || !im.overlap->deferring()) return Status::Ok();
+  TraceSpan span(im.tracer.get(), "settle deferred updates", "optimizer");
+  Status s = im.overlap->Settle(&im.breakdown);
+  Status z = ZeroHostGradients();  // the updates have read them
+  return s.ok() ? z : s;
 }
 
 Status Engine::BeginOverlappedBackward() {
@@ -83,6 +101,10 @@ int64_t Engine::overlapped_sub_groups() const {
 
 int64_t Engine::early_param_write_backs() const {
   return impl_->overlap != nullptr ? impl_->overlap->early_param_write_backs() : 0;
+}
+
+int64_t Engine::deferred_sub_groups() const {
+  return impl_->overlap != nullptr ? impl_->overlap->deferred_sub_groups() : 0;
 }
 
 int64_t Engine::early_sub_groups() const {

@@ -114,6 +114,7 @@ Status Engine::Step() {
 
 Status Engine::ApplyStep() {
   Impl& im = *impl_;
+  STRATA_RETURN_IF_ERROR(SettleDeferred());  // a second Step without a backward between
   const size_t n = layout_.partition_numel();
   if (im.scalar == nullptr) {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
@@ -201,6 +202,18 @@ Status Engine::ApplyStep() {
   if (im.overlap != nullptr) {
     STRATA_RETURN_IF_ERROR(im.overlap->Resolve({step_number, hp, grad_scale, true}, &done));
   }
+  if (im.defer_updates) {
+    // Note [Deferred updates] (engine/optim/step_overlap_defer.cc): the sub-groups left are
+    // updated during the next forward; the early ones are in the shards already.
+    TraceSpan span(im.tracer.get(), "defer updates", "optimizer");
+    im.overlap->TakeParamsWritten();
+    STRATA_RETURN_IF_ERROR(im.overlap->Defer({step_number, hp, grad_scale, false}, done));
+    STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());  // the pending ones at their use
+    STRATA_RETURN_IF_ERROR(ZeroDeviceGradients());  // the host part once the updates have run
+    STRATA_RETURN_IF_ERROR(scaler_.Update(false));
+    stats_.loss_scale = scaler_.scale();
+    return Status::Ok();
+  }
   {
     TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
     t = StepNowMs();
@@ -236,6 +249,11 @@ Status Engine::ApplyStep() {
 }
 
 Status Engine::ZeroGradients() {
+  STRATA_RETURN_IF_ERROR(ZeroHostGradients());
+  return ZeroDeviceGradients();
+}
+
+Status Engine::ZeroHostGradients() {
   Impl& im = *impl_;
   // Note [Copy first] (engine/zero/grad_reducer.cc): the next backward overwrites the host part.
   const bool stale = im.host_grad_copy_first && im.reducer != nullptr;
@@ -245,6 +263,11 @@ Status Engine::ZeroGradients() {
     opt_->ZeroGrad(!stale);
   }
   if (stale) im.reducer->MarkHostStale();
+  return Status::Ok();
+}
+
+Status Engine::ZeroDeviceGradients() {
+  Impl& im = *impl_;
   if (im.grad_partition != nullptr) {  // the host part (grads_to_host) was zeroed above
     STRATA_RETURN_IF_ERROR(LaunchFill(im.compute, im.grad_partition, DType::kFloat32, 0.0f,
                                       im.DeviceGradNumel(layout_.partition_numel())));
@@ -325,6 +348,7 @@ Status Engine::WriteBackParameters(const std::vector<char>& written) {
 
 Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
   Impl& im = *impl_;
+  STRATA_RETURN_IF_ERROR(SettleDeferred());
   if (index >= params_.size())
     return InvalidArgumentError("engine: no parameter " + std::to_string(index));
   const ShardSlice& s = layout_.slices()[index];
@@ -356,6 +380,7 @@ Status Engine::GatherMasterParameter(size_t index, std::span<float> out) {
 
 Status Engine::SyncParametersFromMaster() {
   Impl& im = *impl_;
+  STRATA_RETURN_IF_ERROR(SettleDeferred());
   if (im.store != nullptr) {  // stage 3: rewrite this rank's shards; no gather needed
     STRATA_RETURN_IF_ERROR(WriteShardsFromMasterState());
     STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());

@@ -35,6 +35,36 @@ int64_t LargestModuleNumel(const llama::LlamaConfig& m) {
   return std::max(layer, m.vocab_size * h);
 }
 
+// Note [NVMe minimum]
+// What a step of this placement must move, with every parameter streamed (max_in_cpu 0): each
+// parameter shard read once per pass (forward and backward: the device holds about two modules,
+// so none stays from one pass to the other), the optimizer state (fp32 master, exp_avg,
+// exp_avg_sq) read and written once, the updated shard written once, and the fp32 gradients
+// written to their NVMe region and read back by the step once (strata.nvme_grad_chunk, on by
+// default). Above it: shards read twice in a pass (evicted between two uses), state or gradient
+// chunks written and read back (buffers too few), rolled-back updates redone. Below it: what
+// the coordinator kept on the device from one pass to the next.
+nlohmann::json NvmeMinimumJson(const SizeOptions& o, const StepBreakdown& b) {
+  const uint64_t p = static_cast<uint64_t>(o.model.NumParameters()), cb = 4;  // fp32 params
+  const uint64_t shard_reads = 2 * p * cb, state = 2 * 12 * p, shard_write = p * cb;
+  const uint64_t grads = 2 * p * 4;
+  const uint64_t minimum = shard_reads + state + shard_write + grads;
+  const uint64_t measured = b.nvme_read_bytes + b.nvme_write_bytes;
+  return {{"minimum_bytes", minimum},
+          {"measured_bytes", measured},
+          {"measured_over_minimum",
+           minimum > 0 ? static_cast<double>(measured) / static_cast<double>(minimum) : 0.0},
+          {"parts",
+           {{"shard_reads_fwd_bwd", shard_reads},
+            {"optimizer_state_read_write", state},
+            {"updated_shard_write", shard_write},
+            {"gradient_region_write_read", grads}}},
+          {"note",
+           "each shard read once per pass, the optimizer state read and written once, the "
+           "updated shard written once, the gradients through their region once (Note [NVMe "
+           "minimum] in bench/overlap/size_run.cc)"}};
+}
+
 // The DeepSpeed config of one schedule. Overlapped: the coordinator prefetches (a bucket of the
 // largest module), the optimizer overlaps backward, the swapper pipelines its reads and writes,
 // reduce-scatters run on the comm stream. Serial: none of these, so fetch, compute and step
@@ -73,7 +103,8 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
              {{"device_memory", device_bytes},
               {"link_gbps", o.link_gbps},
               {"overlap_step", s.overlapped},
-              {"swap_checksums", o.checksums}}},
+              {"swap_checksums", o.checksums},
+              {"deferred_updates", o.deferred_updates}}},
             {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   return c.dump();
@@ -253,6 +284,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["param_buffer_size"] = o.param_buffer_size;
   j["aio_sweep_write_bytes"] = o.sweep_write_bytes;
   j["swap_checksums"] = o.checksums;
+  j["deferred_updates"] = o.deferred_updates;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;
@@ -306,6 +338,8 @@ Result<json> RunSize(const SizeOptions& o) {
                       {"work_cpu_s", work_cpu},
                       {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
+  j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
+  if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);
   j["phase_floor"] = PhaseFloorJson(fwd_phase, bwd_phase, adam_s, nvme_s, floor);
   j["phase_floor"]["forward_h2d_bytes"] = fwd_h2d;
   j["phase_floor_over_bound"] = bound > 0 ? floor.floor_s / bound : 0.0;

@@ -28,6 +28,8 @@ struct SizeOptions {
   // strata.swap_checksums (XXH3 per block on every swap write and read; costs CPU the bound's
   // CPU term does not count). Off only to measure that cost.
   bool checksums = true;
+  // strata.deferred_updates of the overlapped schedule (false only to measure what it buys).
+  bool deferred_updates = true;
   std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
   double memcpy_gbps = 0;    // measured once by the caller
   bool verbose = true;       // progress lines on stderr

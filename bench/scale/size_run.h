@@ -21,7 +21,7 @@ struct ScaleOptions {
   // What a GPU's share looks like (bench/scale's old defaults, kept): parameters gathered at
   // once, the reduce bucket, bf16 shards kept in RAM, parameter / optimizer swap buffers.
   int64_t max_live = 100000000, bucket = 20000000, max_in_cpu = 50000000;
-  int64_t param_buffers = 4, opt_buffers = 2;
+  int64_t param_buffers = 4, opt_buffers = 8;
   // offload_param.buffer_size: the largest parameter (ScaleModel's embedding), set per size.
   int64_t param_buffer_size = 0;
   uint64_t cpu_budget = uint64_t{6} << 30;

@@ -180,6 +180,7 @@ Json ConfigToJson(const Config& c) {
       {"link_gbps", s.link_gbps},
       {"trace_path", s.trace_path},
       {"overlap_step", s.overlap_step},
+      {"deferred_updates", s.deferred_updates},
       {"pinned_memory_limit", s.pinned_memory_limit_bytes},
       {"cpu_memory", s.cpu_memory_bytes},
       {"lm_head_chunk",

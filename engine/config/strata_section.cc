@@ -114,8 +114,8 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   Section s = top.Object("strata");
   s.CheckKeys({"aio_engine", "aio_allow_buffered", "aio_sqpoll", "swap_checksums", "unknown_keys",
                "comm_backend", "comm_timeout_s", "device", "device_memory", "link_gbps",
-               "trace_path", "overlap_step", "pinned_memory_limit", "lm_head_chunk",
-               "swap_chunk_bytes", "nvme_grad_chunk", "cpu_memory"});
+               "trace_path", "overlap_step", "deferred_updates", "pinned_memory_limit",
+               "lm_head_chunk", "swap_chunk_bytes", "nvme_grad_chunk", "cpu_memory"});
   s.Bool("swap_checksums", &out->swap_checksums);
   std::string unknown = "warn";
   s.Enum("unknown_keys", &unknown, {"warn", "error"});
@@ -139,6 +139,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   s.Double("link_gbps", &out->link_gbps, 0.0);
   s.String("trace_path", &out->trace_path);
   s.Bool("overlap_step", &out->overlap_step);
+  s.Bool("deferred_updates", &out->deferred_updates);
   s.Bytes("pinned_memory_limit", &out->pinned_memory_limit_bytes);
   if (s.Bytes("nvme_grad_chunk", &out->nvme_grad_chunk_bytes) == Got::kValue &&
       out->nvme_grad_chunk_bytes % (16 << 10) != 0) {

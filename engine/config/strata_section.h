@@ -37,6 +37,10 @@ struct StrataConfig {
   // Start offloaded sub-groups' optimizer steps during the boundary backward
   // (engine/optim/step_overlap.h).
   bool overlap_step = true;
+  // Stage 3 with overlap_step and the shards in CPU memory or on NVMe: the sub-groups the step
+  // has left after the backward are updated during the next forward, each gather waiting for its
+  // own (Note [Deferred updates] in engine/optim/step_overlap_defer.cc).
+  bool deferred_updates = true;
   // offload_optimizer nvme at stages 2-3: the fp32 gradients go to an NVMe region in chunks of
   // this many bytes (engine/optim/grad_region.h; a multiple of 16 KiB); 0 keeps the whole
   // gradient partition in pinned CPU memory.

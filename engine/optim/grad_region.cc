@@ -146,6 +146,7 @@ Status GradRegion::WriteOut(Buffer& b) {
   if (!b.dirty) return Status::Ok();
   STRATA_RETURN_IF_ERROR(WaitWrite(b));  // one write of a buffer at a time
   const size_t c = static_cast<size_t>(b.chunk);
+  Materialize(b);
   if (last_pass_) TakeNormSums(c, static_cast<const float*>(b.mem.data()));
   b.write = space_->Write(chunk_ids_[c], b.mem.data());
   b.writing = true;
@@ -180,8 +181,9 @@ Result<GradRegion::Buffer*> GradRegion::Load(size_t c, bool for_add) {
     Status s = space_->Read(chunk_ids_[c], v->mem.data()).Wait();
     if (!s.ok()) return s.WithContext("read of " + Where(c));
     stats_.bytes_read += n * sizeof(float);
+    v->fresh = 0;
   } else {
-    std::memset(v->mem.data(), 0, n * sizeof(float));
+    v->fresh = n;  // zeros, written as they are needed (Note [Copy into a fresh chunk])
   }
   v->chunk = static_cast<int>(c);
   v->dirty = false;
@@ -191,10 +193,14 @@ Result<GradRegion::Buffer*> GradRegion::Load(size_t c, bool for_add) {
 
 Result<const float*> GradRegion::ReadView(size_t c) {
   for (Buffer& b : buffers_) {
-    if (b.chunk == static_cast<int>(c)) return static_cast<const float*>(b.mem.data());
+    if (b.chunk == static_cast<int>(c)) {
+      Materialize(b);
+      return static_cast<const float*>(b.mem.data());
+    }
   }
   if (read_buf_.data() == nullptr) {  // every chunk has an add buffer: none is ever evicted
     STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, false));
+    Materialize(*b);
     return static_cast<const float*>(b->mem.data());
   }
   if (read_chunk_ != static_cast<int>(c)) {
@@ -233,19 +239,65 @@ Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
                                 std::to_string(flat_begin + n) + ") outside the partition of " +
                                 std::to_string(numel_));
   }
+  // Note [Write-behind]: the chunks last to first, as the backward reaches them.
   const size_t cn = options_.chunk_numel;
-  for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
-    const size_t c = e / cn;
-    const size_t stop = std::min(end, c * cn + ChunkNumel(c));
+  for (size_t end = flat_begin + n; end > flat_begin;) {
+    const size_t c = (end - 1) / cn;
+    const size_t start = std::max(flat_begin, c * cn);
     STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, true));
     if (read_chunk_ == static_cast<int>(c)) read_chunk_ = -1;  // its copy is out of date now
-    float* dst = static_cast<float*>(b->mem.data()) + (e - c * cn);
-    const float* s = src + (e - flat_begin);
-    for (size_t i = 0, k = stop - e; i < k; ++i) dst[i] += s[i];
+    // Note [Copy into a fresh chunk]: [lo, hi) in the chunk; below b->fresh it is zeros not
+    // written yet, so those elements are copied (the gap up to the fresh part zeroed first).
+    const size_t lo = start - c * cn, hi = end - c * cn;
+    float* __restrict dst = static_cast<float*>(b->mem.data());
+    const float* __restrict s = src + (start - flat_begin) - lo;
+    if (lo < b->fresh) {
+      if (hi < b->fresh) std::memset(dst + hi, 0, (b->fresh - hi) * sizeof(float));
+      const size_t copy_end = std::min(hi, b->fresh);
+      std::memcpy(dst + lo, s + lo, (copy_end - lo) * sizeof(float));
+      for (size_t i = copy_end; i < hi; ++i) dst[i] += s[i];
+      b->fresh = lo;
+    } else {
+      for (size_t i = lo; i < hi; ++i) dst[i] += s[i];
+    }
     b->dirty = true;
     has_data_[c] = 1;
     touched_[c] = 1;
-    e = stop;
+    STRATA_RETURN_IF_ERROR(WriteBehind(c));
+    end = start;
+  }
+  return Status::Ok();
+}
+
+// Note [Copy into a fresh chunk]
+// A chunk no pass has written yet is zeros. Zeroing its buffer and adding into it is two passes
+// over memory and a read of the zeros; instead the buffer remembers the part not yet written
+// (Buffer::fresh: elements [0, fresh), the backward fills from the top down), an add into it
+// copies (0 + x is x for every x but -0.0, which becomes +0.0: the host partition's first write,
+// Note [Copy first] in engine/zero/grad_reducer.cc, copies too, so the two placements keep the
+// same bits), and whatever reads the whole buffer (its write, a read, the norm) zeroes what is
+// still fresh first (Materialize). bench/scale 1b: the backward's adds (4.4 GB of fp32 a step)
+// were bound by the zeroing and the extra read.
+void GradRegion::Materialize(Buffer& b) {
+  if (b.fresh == 0) return;
+  std::memset(b.mem.data(), 0, b.fresh * sizeof(float));
+  b.fresh = 0;
+}
+
+// Note [Write-behind]
+// The backward reduces the gradients from the last parameter to the first, so the region fills
+// from its last chunk down, and a chunk above the one being added into is complete for this
+// pass (the adds run in that order too: each add's chunks last to first). Such a chunk's write
+// starts now, in the background, instead of when its buffer is next needed: an eviction then
+// finds its write done or nearly (it waited for a whole 16 MiB write before, one chunk at a
+// time: bench/scale's backward was bound by that). Out-of-order adds (a tied parameter, a
+// second accumulation pass) stay correct: an add into a chunk whose write is in flight waits for
+// it (Load), and the chunk is written again later. Nothing is written behind when every chunk
+// has a buffer of its own (then none is ever evicted).
+Status GradRegion::WriteBehind(size_t c) {
+  if (buffers_.size() >= num_chunks()) return Status::Ok();
+  for (Buffer& b : buffers_) {
+    if (b.chunk > static_cast<int>(c) && b.dirty) STRATA_RETURN_IF_ERROR(WriteOut(b));
   }
   return Status::Ok();
 }
@@ -256,8 +308,9 @@ Status GradRegion::EndPass() {
   // Note [Norm as reduced]: the resident chunks' final values, then those only earlier passes
   // wrote (read back once).
   std::vector<char> summed(num_chunks(), 0);
-  for (const Buffer& b : buffers_) {
+  for (Buffer& b : buffers_) {
     if (b.chunk < 0 || has_data_[static_cast<size_t>(b.chunk)] == 0) continue;
+    Materialize(b);
     TakeNormSums(static_cast<size_t>(b.chunk), static_cast<const float*>(b.mem.data()));
     summed[static_cast<size_t>(b.chunk)] = 1;
   }

@@ -477,8 +477,9 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
     // not sum them after backward: fused into the update's tiles (the gradients in cache), or
     // else now, while its read may still be in flight.
-    const bool fused = nvme->fuses_updates();
-    if (!fused) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
+    // Deferred updates come after the norm: nothing to sum for it.
+    const bool fused = nvme->fuses_updates() && !args_.deferred;
+    if (!fused && !args_.deferred) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     const std::span<const int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
@@ -523,6 +524,12 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   {
     std::unique_lock lock(mu_);
     read_ahead_on_ = false;  // the ready ones still read what they need
+    if (defer_leftovers_ && s.ok()) {
+      // Note [Deferred updates] (step_overlap_defer.cc): the sub-groups still queued (the copy
+      // stream is done: nothing more is pushed) are left to Defer, after the norm.
+      processed_ += ready_.size();
+      ready_.clear();
+    }
     for (;;) {
       done_cv_.wait(
           lock, [&] { return (processed_ == pushed_ && !busy_) || !s.ok() || ring_pending_ > 0; });

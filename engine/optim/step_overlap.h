@@ -73,6 +73,7 @@
 #include "engine/base/step_breakdown.h"
 #include "engine/optim/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
+#include "engine/zero/param_fence.h"
 #include "engine/zero/param_store.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
@@ -128,9 +129,10 @@ struct OverlapStepArgs {
   Hyperparams hp;
   float grad_scale = 1.0f;
   bool speculative = true;  // clipping or an overflow check may change the scale / skip
+  bool deferred = false;    // Defer's updates (the norm is known: no gradient checks)
 };
 
-class StepOverlap {
+class StepOverlap final : public ParamFence {
  public:
   // After a rollback, speculative steps run serially; every kRetryAfter-th one tries again.
   static constexpr int kRetryAfter = 8;
@@ -178,6 +180,30 @@ class StepOverlap {
   // After Finish: restores every kept copy (the state before the early updates) and ends the
   // step. Internal if an early update had no kept copy (a non-speculative step cannot roll back).
   Status Rollback();
+
+  // Deferred updates (strata.deferred_updates, Note [Deferred updates] in step_overlap.cc).
+  // Whether Defer can take every sub-group the step has left: stage 3 with the shards where the
+  // worker's updates reach them without the step (param_copy is the pinned CPU shards, or
+  // param_store is set), and no sub-group on the device side of a partial offload.
+  bool CanDefer() const;
+  // After Resolve (or Rollback), with the step's final `args` (the norm known, no overflow): the
+  // sub-groups not in `done` are updated by the worker from now on, in flat order (the order the
+  // next forward gathers them), and Step returns. Their parameters are pending (ParamFence) until
+  // their updates reach the shards; the host gradients they read must stay until Settle.
+  Status Defer(const OverlapStepArgs& args, const std::vector<char>& done);
+  // Waits for every deferred update and its write-back; adds their Adam time and NVMe bytes to
+  // `b`. The first error of those updates (naming the sub-group). A no-op unless deferring.
+  Status Settle(StepBreakdown* b);
+  bool deferring() const { return deferring_; }
+  // With deferral: Finish leaves the sub-groups still queued when the backward has ended to the
+  // step's Defer instead of waiting for their updates.
+  void set_defer_leftovers(bool on) { defer_leftovers_ = on; }
+  // Sub-groups handed to Defer (cumulative).
+  int64_t deferred_sub_groups() const { return deferred_total_; }
+  // ParamFence (engine thread).
+  bool Pending(size_t param) const override;
+  Status Await(size_t param) override;
+  Status Poll() override;
 
   // After Resolve: the sub-groups whose parameters this step wrote back into param_store (empty
   // or all zero without one, after a rollback, or when the step was not overlapped); it is
@@ -231,6 +257,12 @@ class StepOverlap {
 
   // Engine thread only.
   bool active_ = false;
+  bool deferring_ = false;  // Defer ran; Settle not yet
+  int64_t deferred_total_ = 0;
+  bool defer_leftovers_ = false;
+  std::vector<char> final_;  // deferring: the sub-group's shards hold its update
+  // Deferring: marks final_ the sub-groups whose updates reached the shards; the worker's error.
+  Status RefreshFinal();
   bool step_started_ = false;  // StartReadAhead or Begin reset the step's state
   OverlapStepArgs args_;
   std::vector<size_t> remaining_;     // unreduced slices per sub-group

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/units.h"
 #include "offload/device/kernels.h"
@@ -53,8 +54,8 @@ class FlatParamStore final : public ParamStore {
   void* flat() const override {
     return device_array_ != nullptr ? device_array_ : static_cast<void*>(host_.data());
   }
-  Status Prefetch(std::span<const size_t>) override { return Status::Ok(); }
-  Result<ShardView> Acquire(size_t param) override {
+  Status DoPrefetch(std::span<const size_t>) override { return Status::Ok(); }
+  Result<ShardView> DoAcquire(size_t param) override {
     STRATA_RETURN_IF_ERROR(Check(param));
     const ShardSlice& s = options_.layout->slices()[param];
     return ShardView{
@@ -142,6 +143,25 @@ Result<ParamStoreOptions> ParamStoreOptionsFromConfig(const Config& config, int 
   o.swapper.max_in_cpu = static_cast<size_t>(pc.max_in_cpu);
   o.aio_options = config.aio;
   return o;
+}
+
+Status ParamStore::Prefetch(std::span<const size_t> params) {
+  if (fence_ == nullptr) return DoPrefetch(params);
+  std::vector<size_t> final_params;  // a pending shard's read would fetch its old bytes
+  final_params.reserve(params.size());
+  for (size_t i : params) {
+    if (!fence_->Pending(i)) final_params.push_back(i);
+  }
+  return DoPrefetch(final_params);
+}
+
+Result<ShardView> ParamStore::Acquire(size_t param) {
+  if (fence_ != nullptr && fence_->Pending(param)) {
+    return InternalError("parameter shards: parameter " + std::to_string(param) +
+                         " read before its deferred optimizer update (a gather must wait for "
+                         "it: ParamFence::Await)");
+  }
+  return DoAcquire(param);
 }
 
 Result<std::unique_ptr<ParamStore>> ParamStore::Create(const ParamStoreOptions& options) {

@@ -16,6 +16,9 @@
 //   Done(i, stream)      the shard's buffer may be reused once `stream` passes this point
 // Acquire/Done nest like a count: a shard acquired twice is done after two Done calls.
 //
+// With a fence set (set_fence: deferred updates), Prefetch skips the shards still pending and
+// Acquire of one fails with Internal: the caller waits for it (ParamFence::Await) first.
+//
 // Writes — the optimizer's updated compute-dtype values after a step, the rounded master after
 // initialisation or a checkpoint load — go through Write (a flat range from host memory). The
 // in-memory tiers also expose flat(), so an optimizer can write them in place.
@@ -37,6 +40,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
+#include "engine/zero/param_fence.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier.h"
@@ -79,9 +83,12 @@ class ParamStore {
   virtual void* flat() const = 0;
   bool on_host() const { return options_.tier != Tier::kDevice; }
 
-  virtual Status Prefetch(std::span<const size_t> params) = 0;
-  virtual Result<ShardView> Acquire(size_t param) = 0;
+  Status Prefetch(std::span<const size_t> params);
+  Result<ShardView> Acquire(size_t param);
   virtual Status Done(size_t param, const Stream& stream) = 0;
+  // Not owned; null (the default) when every shard is final.
+  void set_fence(ParamFence* fence) { fence_ = fence; }
+  ParamFence* fence() const { return fence_; }
 
   // Shards [flat_begin, flat_begin + numel) of the flat partition = src (host memory, compute
   // dtype); `src` may change once Write returns. kDevice copies H2D on `stream` and waits for it;
@@ -117,7 +124,13 @@ class ParamStore {
 
  protected:
   explicit ParamStore(const ParamStoreOptions& o) : options_(o) {}
+  // The tier's Prefetch / Acquire, for shards the fence does not hold back.
+  virtual Status DoPrefetch(std::span<const size_t> params) = 0;
+  virtual Result<ShardView> DoAcquire(size_t param) = 0;
   ParamStoreOptions options_;
+
+ private:
+  ParamFence* fence_ = nullptr;
 };
 
 // The options from a resolved config (zero_optimization.offload_param): the tier, pin_memory, and

@@ -167,7 +167,7 @@ class NvmeParamStore final : public ParamStore {
     return Status::Ok();
   }
 
-  Status Prefetch(std::span<const size_t> params) override {
+  Status DoPrefetch(std::span<const size_t> params) override {
     std::lock_guard lock(mu_);
     for (size_t i : params) {
       STRATA_RETURN_IF_ERROR(Check(i));
@@ -195,7 +195,7 @@ class NvmeParamStore final : public ParamStore {
     return Status::Ok();
   }
 
-  Result<ShardView> Acquire(size_t param) override {
+  Result<ShardView> DoAcquire(size_t param) override {
     std::lock_guard lock(mu_);
     STRATA_RETURN_IF_ERROR(Check(param));
     Slot& s = slots_[param];

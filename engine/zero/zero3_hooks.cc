@@ -121,6 +121,10 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
   (void)ctx;  // gathers go on the gather stream, the rest on the compute stream (= ctx.stream)
   const std::vector<size_t>& used = ParamsOf(module);
   if (used.empty()) return Status::Ok();
+  // Deferred updates the worker finished go to the store while the forward runs.
+  if (o_.store != nullptr && o_.store->fence() != nullptr) {
+    STRATA_RETURN_IF_ERROR(o_.store->fence()->Poll());
+  }
   if (o_.partition_params && !in_pass_) STRATA_RETURN_IF_ERROR(BeginPass());
   // Note [Rows only]: a backward that does not read the parameters gathers none.
   const bool backward_reads = module.BackwardReadsParameters();
@@ -202,7 +206,12 @@ Status ZeroHooks::Gather(size_t i) {
     return InternalError("zero hooks: " + o_.params[i]->name() +
                          " was gathered as its touched rows and is wanted again before release");
   }
-  if (st.persistent || st.gathered++ > 0) return Status::Ok();
+  if (st.persistent) {
+    if (!st.stale) return Status::Ok();
+    st.stale = false;
+    return RefillPersistent(i);  // its deferred update is awaited by Fill
+  }
+  if (st.gathered++ > 0) return Status::Ok();
   return Fill(i, gather_);
 }
 
@@ -218,6 +227,10 @@ Status ZeroHooks::WaitReady(size_t i) {
 // pre hook of the module (WaitReady), or at the release of a gather no module used, so the
 // release's event on the compute stream always follows the gather's writes.
 Status ZeroHooks::Fill(size_t i, const Stream& g) {
+  // Note [Deferred updates] (engine/optim/step_overlap.cc): the shard must hold its update.
+  if (ParamFence* fence = o_.store->fence(); fence != nullptr && fence->Pending(i)) {
+    STRATA_RETURN_IF_ERROR(fence->Await(i).WithContext("gathering " + o_.params[i]->name()));
+  }
   ParamState& st = state_[i];
   nn::Parameter* p = o_.params[i];
   const ShardSlice& s = o_.layout->slices()[i];
@@ -445,27 +458,34 @@ Status ZeroHooks::FinishForward() {
 }
 
 Status ZeroHooks::RegatherPersistent() {
+  const ParamFence* fence = o_.store != nullptr ? o_.store->fence() : nullptr;
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (!st.persistent) continue;
-    if (st.full != nullptr) {  // gathered already: refresh from the new shards
-      STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
-      live_bytes_ -= st.full_bytes;
-      param_bytes_ -= st.full_bytes;
-      if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
-      st.full = nullptr;
-      st.full_bytes = 0;
-    }
-    // On the compute stream: the step wrote the shards there, and nothing runs ahead to overlap.
-    st.gathered = 1;
-    const uint64_t numel = gathered_numel_, peak = peak_gathered_numel_;
-    Status s = Fill(i, o_.compute);
-    gathered_numel_ = numel;  // persistent elements are not counted as live gathers
-    peak_gathered_numel_ = peak;
-    st.gathered = 0;
-    STRATA_RETURN_IF_ERROR(s);
+    st.stale = fence != nullptr && fence->Pending(i);  // re-gathered at its next use
+    if (!st.stale) STRATA_RETURN_IF_ERROR(RefillPersistent(i));
   }
   return Status::Ok();
+}
+
+Status ZeroHooks::RefillPersistent(size_t i) {
+  ParamState& st = state_[i];
+  if (st.full != nullptr) {  // gathered already: refresh from the new shards
+    STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
+    live_bytes_ -= st.full_bytes;
+    param_bytes_ -= st.full_bytes;
+    if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
+    st.full = nullptr;
+    st.full_bytes = 0;
+  }
+  // On the compute stream: the step wrote the shards there, and nothing runs ahead to overlap.
+  st.gathered = 1;
+  const uint64_t numel = gathered_numel_, peak = peak_gathered_numel_;
+  Status s = Fill(i, o_.compute);
+  gathered_numel_ = numel;  // persistent elements are not counted as live gathers
+  peak_gathered_numel_ = peak;
+  st.gathered = 0;
+  return s;
 }
 
 }  // namespace strata

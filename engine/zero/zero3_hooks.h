@@ -111,7 +111,10 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // forward_only: the end of a forward pass (the coordinator's EndPass: holds released, the
   // recorded trace checked and replayed from the next pass on).
   Status FinishForward();
-  // Stage 3: re-gathers the persistent parameters from the (updated) shards.
+  // Stage 3: re-gathers the persistent parameters from the (updated) shards. One whose shard
+  // still waits for a deferred update (the store's ParamFence) keeps its old values until its
+  // first gather, which waits for the update and re-gathers it then (Note [Deferred updates] in
+  // engine/optim/step_overlap.cc).
   Status RegatherPersistent();
 
   // The reducer's SlotDoneFn: stage 3 frees the slot (in `stream` order), stage 2 zeroes it.
@@ -152,11 +155,14 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
     Event ready;                // recorded on the gather stream after the all-gather
     bool wait_pending = false;  // the compute stream has not waited for `ready` yet
     bool rows_only = false;     // gathered as its touched rows (Note [Rows only])
+    bool stale = false;         // persistent, re-gathered at its next use (RegatherPersistent)
   };
   explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
   Status Gather(size_t i);
   // Takes a buffer and enqueues the shard copy + all-gather of parameter i on `stream`.
   Status Fill(size_t i, const Stream& stream);
+  // Persistent parameter i's gather from its (updated) shard, on the compute stream.
+  Status RefillPersistent(size_t i);
   Status Release(size_t i);
   // Whether this gather of parameter i copies only its touched rows (Note [Rows only]).
   bool RowsOnly(size_t i) const;

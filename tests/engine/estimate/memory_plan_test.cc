@@ -229,9 +229,10 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
 }
 
 // offload_optimizer nvme at stage 3 (issue #36): with the gradients on NVMe
-// (strata.nvme_grad_chunk, default 16 MiB) the pinned plan holds three chunk buffers (two to add
-// into, one to read through: Note [A buffer to read through]) instead of the fp32 gradient
-// partition, and the NVMe plan holds the partition (one 4 KiB-aligned extent per chunk).
+// (strata.nvme_grad_chunk, default 16 MiB) the pinned plan holds five chunk buffers (four to add
+// into, kGradRegionBuffers, one to read through: Note [A buffer to read through]) instead of the
+// fp32 gradient partition, and the NVMe plan holds the partition (one 4 KiB-aligned extent per
+// chunk).
 TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
   const uint64_t n = uint64_t{32} << 20;  // 8 parameters of 4 Mi elements: 128 MiB of fp32
   const ModelShape shape = ShapeFromNumels(std::vector<uint64_t>(8, n / 8), "32M");
@@ -245,10 +246,10 @@ TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
   const MemoryPlan a = PlanEngineMemory(shape, region, po).value();
   const MemoryPlan b = PlanEngineMemory(shape, pinned, po).value();
   const uint64_t mib = uint64_t{1} << 20;
-  // The engine's CPU tier holds three region chunks and one sub-group's gradients read back (4 Mi
+  // The engine's CPU tier holds five region chunks and one sub-group's gradients read back (4 Mi
   // elements, charged to the tier though not page-locked) instead of the partition.
   EXPECT_EQ(b.bytes(PlanTier::kPinnedCpu) - a.bytes(PlanTier::kPinnedCpu),
-            128 * mib - 3 * 16 * mib - 16 * mib)
+            128 * mib - 5 * 16 * mib - 16 * mib)
       << FormatPlanItems(a);
   EXPECT_EQ(a.bytes(PlanTier::kNvme) - b.bytes(PlanTier::kNvme), 128 * mib) << FormatPlanItems(a);
   EXPECT_EQ(a.bytes(PlanTier::kPageableCpu), b.bytes(PlanTier::kPageableCpu)) << FormatPlanItems(a);

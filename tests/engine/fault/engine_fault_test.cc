@@ -158,6 +158,10 @@ class EngineFaultTest : public ::testing::TestWithParam<Placement> {
       }
       plan.armed->store(true);
       failed = e.Step();
+      // strata.deferred_updates (stage 3, shards on cpu or nvme): the step's updates run after
+      // Step returns, during the next forward, and their errors fail the call that waits for
+      // them; Synchronize waits for all.
+      if (failed.ok()) failed = e.Synchronize();
       plan.armed->store(false);
       // The failed engine is destroyed here: no hang, its swap files go.
     }

@@ -13,6 +13,8 @@ std::string OverlapCaseName(const OverlapCase& c) {
   n += c.clip == 0 ? "_noclip" : (c.clip < 1 ? "_clips" : "_clipidle");
   n += c.overlap_comm ? "_overlapcomm" : "";
   if (c.chunk_bytes != 0) n += "_chunk" + std::to_string(c.chunk_bytes);
+  if (c.gas != 2) n += "_gas" + std::to_string(c.gas);
+  if (!c.deferred) n += "_nodefer";
   return n;
 }
 
@@ -41,6 +43,7 @@ std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {
 std::string ExtraKeys(const OverlapCase& c, bool overlap) {
   std::string e = std::string("\"strata\": {\"overlap_step\": ") + (overlap ? "true" : "false");
   if (c.chunk_bytes != 0) e += ", \"swap_chunk_bytes\": " + std::to_string(c.chunk_bytes);
+  if (!c.deferred) e += ", \"deferred_updates\": false";
   e += "},";
   if (c.dtype == DType::kBFloat16) e += "\"bf16\": {\"enabled\": true},";
   if (c.dtype == DType::kFloat16) {
@@ -73,13 +76,24 @@ OverlapRun RunOverlapCase(Communicator& comm, const OverlapCase& c, bool overlap
   const size_t world = static_cast<size_t>(comm.world_size());
   for (int s = 0; s < options.steps; ++s) {
     if (options.before_step != nullptr) options.before_step(s, options.arg);
-    out.masters = TrainAndGather(e, data, 1, c.gas, &out.losses,
-                                 static_cast<size_t>(comm.rank()) + world * c.gas * s, world);
+    const size_t first = static_cast<size_t>(comm.rank()) + world * c.gas * s;
+    if (options.gather_each_step) {
+      out.masters = TrainAndGather(e, data, 1, c.gas, &out.losses, first, world);
+    } else {  // TrainAndGather's loop without the gather
+      for (int64_t m = 0; m < c.gas; ++m) {
+        EXPECT_THAT(e.Forward(data.Batch(first + world * m)), IsOk());
+        out.losses.push_back(e.Loss().value());
+        EXPECT_THAT(e.Backward(), IsOk());
+        EXPECT_THAT(e.Step(), IsOk());
+      }
+    }
     out.norms.push_back(e.stats().last_grad_norm);
   }
+  if (!options.gather_each_step) out.masters = TrainAndGather(e, data, 0, c.gas, nullptr, 0, 1);
   if (hooked != nullptr) hooked->RemoveHooksRecursive(options.hooks);
   out.overlapped = e.overlapped_sub_groups();
   out.param_write_backs = e.early_param_write_backs();
+  out.deferred = e.deferred_sub_groups();
   out.skipped = e.stats().skipped_steps;
   out.sub_groups = static_cast<int64_t>(e.layout().SubGroups(3000).size());
   return out;

@@ -23,6 +23,7 @@ struct OverlapCase {
   bool overlap_comm = false;
   int64_t gas = 2;
   uint64_t chunk_bytes = 0;  // strata.swap_chunk_bytes (0: the key is absent)
+  bool deferred = true;      // strata.deferred_updates (with overlap_step)
 };
 
 std::string OverlapCaseName(const OverlapCase& c);
@@ -34,6 +35,7 @@ struct OverlapRun {
   std::vector<double> norms;      // last_grad_norm after each step
   int64_t overlapped = 0;         // Engine::overlapped_sub_groups()
   int64_t param_write_backs = 0;  // Engine::early_param_write_backs()
+  int64_t deferred = 0;           // Engine::deferred_sub_groups()
   int64_t skipped = 0;
   int64_t sub_groups = 0;  // how many sub-groups the partition has
 };
@@ -50,6 +52,9 @@ struct OverlapRunOptions {
   // Called between steps (e.g. to arm an injector for step s).
   void (*before_step)(int step, void* arg) = nullptr;
   void* arg = nullptr;
+  // False: the masters are gathered once, after the last step (a gather of the master waits for
+  // deferred updates, so gathering after every step would run them before each forward).
+  bool gather_each_step = true;
 };
 OverlapRun RunOverlapCase(Communicator& comm, const OverlapCase& c, bool overlap,
                           const OverlapRunOptions& options);

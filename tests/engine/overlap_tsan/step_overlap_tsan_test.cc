@@ -65,5 +65,28 @@ TEST(StepOverlapTsanRollbackTest, SpeculativeStepThatClipsIsRolledBackExactly) {
   }
 }
 
+// strata.deferred_updates: a clip that triggers leaves every update after the first step to the
+// next forward, where the worker updates the shards (in place on the cpu tier, through its copy
+// buffers into the NVMe store) while the hooks gather them; three steps, the masters gathered
+// only at the end so each forward runs with updates pending.
+TEST(StepOverlapTsanDeferredTest, DeferredUpdatesDuringTheForwardEqualSerialSteps) {
+  for (const char* placement : {"cpu", "nvme"}) {
+    SCOPED_TRACE(placement);
+    OverlapCase c{3, placement, placement, DType::kBFloat16, /*clip=*/1e-4, false, 2};
+    testing::ScratchDir dir;
+    auto comm = testing::MakeLocalComm();
+    OverlapRunOptions o;
+    o.steps = 3;
+    o.gather_each_step = false;
+    o.nvme_dir = dir.File("serial");
+    const OverlapRun serial = testing::RunOverlapCase(*comm, c, false, o);
+    o.nvme_dir = dir.File("deferred");
+    const OverlapRun deferred = testing::RunOverlapCase(*comm, c, true, o);
+    EXPECT_GE(deferred.deferred, 2 * serial.sub_groups);
+    EXPECT_TRUE(testing::SameBits(serial.masters, deferred.masters));
+    EXPECT_TRUE(testing::SameBits({serial.losses}, {deferred.losses}));
+  }
+}
+
 }  // namespace
 }  // namespace strata

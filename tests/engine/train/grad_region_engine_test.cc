@@ -202,6 +202,7 @@ TEST_P(EngineGradRegionFaultTest, FailsTheStepNamingFileAndOffsetAndTheCheckpoin
     plan.only_reads = true;
   }
   Status failed;
+  off_t corrupted_chunk = -1;  // kCorruptedBlock: the chunk whose byte is flipped
   {
     Result<EngineRun> a = MakeRun(*comm, c, dir.File("opt"), 16 << 10, 7, &plan);
     ASSERT_THAT(a.status(), IsOk());
@@ -223,20 +224,28 @@ TEST_P(EngineGradRegionFaultTest, FailsTheStepNamingFileAndOffsetAndTheCheckpoin
     if (failed.ok()) failed = e.Forward(data.Batch(micro + 1));
     if (failed.ok()) failed = e.Loss().status();  // synchronizes: the first pass's adds are done
     if (failed.ok() && fault == Fault::kCorruptedBlock) {
-      // Chunk 0 (the embedding's first rows) is on disk: the embedding is reduced last, in
-      // ascending chunks, and a chunk's write completes before its buffer takes the chunk after
-      // the next; the second pass reads it back.
-      const int fd = ::open(dir.File("opt/" + std::string(kGradSwap)).c_str(), O_RDWR);
+      // A chunk in the middle of the region is on disk: the backward fills the region from its
+      // end down, the chunks above the one added into are written behind it (Note [Write-behind])
+      // and only the last few (the buffers') stay in memory; the second pass reads it back.
+      const std::string region = dir.File("opt/" + std::string(kGradSwap));
+      const off_t chunk = 16 << 10;
+      const off_t chunks =
+          static_cast<off_t>(e.layout().partition_numel() * sizeof(float) + chunk - 1) / chunk;
+      EXPECT_GE(chunks, 12) << "too few chunks for one in the middle to be on disk";
+      corrupted_chunk = chunks / 2;  // the region's extents are in chunk order
+      const off_t at = corrupted_chunk * chunk + 100;
+      const int fd = ::open(region.c_str(), O_RDWR);
       EXPECT_GE(fd, 0);
       uint8_t b = 0;
-      EXPECT_EQ(::pread(fd, &b, 1, 100), 1);
+      EXPECT_EQ(::pread(fd, &b, 1, at), 1);
       b ^= 0x5A;
-      EXPECT_EQ(::pwrite(fd, &b, 1, 100), 1);
+      EXPECT_EQ(::pwrite(fd, &b, 1, at), 1);
       ::close(fd);
     }
     if (fault == Fault::kReadEio) plan.armed->store(true);
     if (failed.ok()) failed = e.Backward();
     if (failed.ok()) failed = e.Step();
+    if (failed.ok()) failed = e.Synchronize();  // deferred updates read the region after Step
     plan.armed->store(false);
   }
   const std::string file = std::string(kGradSwap) + " @ ";
@@ -255,7 +264,8 @@ TEST_P(EngineGradRegionFaultTest, FailsTheStepNamingFileAndOffsetAndTheCheckpoin
     case Fault::kCorruptedBlock:
       EXPECT_THAT(failed, StatusIs(StatusCode::kDataLoss,
                                    AllOf(HasSubstr("checksum mismatch"), HasSubstr(file),
-                                         HasSubstr("gradient region chunk 0"))));
+                                         HasSubstr("gradient region chunk " +
+                                                   std::to_string(corrupted_chunk) + " "))));
       break;
   }
   // The checkpoint resumes bitwise against an uninterrupted run.

@@ -1,0 +1,217 @@
+// strata.deferred_updates (Note [Deferred updates], engine/optim/step_overlap_defer.cc): the
+// sub-groups a step has left after the backward are updated during the next forward, each gather
+// waiting for its own. Parameters, losses and gradient norms are bitwise those of the serial step
+// (strata.overlap_step false) and of the overlapped step without deferral: stage 3, optimizer
+// state on cpu and nvme, shards on cpu and nvme, fp32 / bf16 / fp16, a clip that triggers (the
+// case where the overlapped step's speculation fails and everything is deferred), one that does
+// not and none, gradient accumulation 2 and 1. The masters are gathered only after the last step,
+// so each forward really runs with updates pending; the store refuses a read of a pending shard
+// (InternalError), so a gather that did not wait would fail the run.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/zero/param_fence.h"
+#include "engine/zero/param_store.h"
+#include "tests/engine/overlap/overlap_cases.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::IsOk;
+using ::strata::testing::StatusIs;
+using ::testing::HasSubstr;
+using testing::OverlapCase;
+using testing::OverlapCaseName;
+using testing::OverlapRun;
+using testing::OverlapRunOptions;
+using testing::SameBits;
+
+constexpr double kClipTriggers = 1e-4;  // far below the tiny model's gradient norm
+constexpr double kClipIdle = 1e4;       // far above it
+
+void ExpectSameRun(const OverlapRun& want, const OverlapRun& got, const std::string& what) {
+  EXPECT_TRUE(SameBits(want.masters, got.masters)) << what << ": masters differ";
+  ASSERT_EQ(want.losses.size(), got.losses.size()) << what;
+  EXPECT_TRUE(SameBits({want.losses}, {got.losses})) << what << ": the compute-dtype copies differ";
+  ASSERT_EQ(want.norms.size(), got.norms.size()) << what;
+  for (size_t i = 0; i < want.norms.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&want.norms[i], &got.norms[i], sizeof(double)), 0)
+        << what << ", step " << i << ": " << want.norms[i] << " vs " << got.norms[i];
+  }
+  EXPECT_EQ(want.skipped, got.skipped) << what;
+}
+
+class DeferredUpdatesTest : public ::testing::TestWithParam<OverlapCase> {};
+
+TEST_P(DeferredUpdatesTest, EqualTheSerialStepAndTheUndeferredOverlapBitwise) {
+  const OverlapCase& c = GetParam();
+  testing::ScratchDir dir;
+  auto comm = testing::MakeLocalComm();
+  OverlapRunOptions o;
+  o.steps = 3;
+  o.gather_each_step = false;
+  o.nvme_dir = dir.File("serial");
+  const OverlapRun serial = testing::RunOverlapCase(*comm, c, false, o);
+  OverlapCase nodefer = c;
+  nodefer.deferred = false;
+  o.nvme_dir = dir.File("nodefer");
+  const OverlapRun early = testing::RunOverlapCase(*comm, nodefer, true, o);
+  o.nvme_dir = dir.File("deferred");
+  const OverlapRun deferred = testing::RunOverlapCase(*comm, c, true, o);
+  ASSERT_GE(serial.sub_groups, 4);
+  EXPECT_EQ(serial.deferred, 0);
+  EXPECT_EQ(early.deferred, 0);
+  // A clip that triggers makes the overlapped step's speculation fail: after the first step
+  // nothing is updated early and every update is deferred. Otherwise what is deferred is what
+  // the worker had not reached when the backward ended (timing: not asserted).
+  if (c.clip == kClipTriggers) {
+    EXPECT_GE(deferred.deferred, (2 - deferred.skipped) * serial.sub_groups);
+  }
+  std::printf("%s: %lld sub-group updates deferred, %lld in all\n", OverlapCaseName(c).c_str(),
+              static_cast<long long>(deferred.deferred),
+              static_cast<long long>(deferred.overlapped));
+  ExpectSameRun(serial, deferred, "deferred vs serial");
+  ExpectSameRun(early, deferred, "deferred vs overlapped without deferral");
+  for (double norm : serial.norms) {  // the clip cases are what their names say
+    if (c.clip == kClipTriggers) {
+      EXPECT_GT(norm, c.clip);
+    }
+    if (c.clip == kClipIdle) {
+      EXPECT_LT(norm, c.clip);
+    }
+  }
+}
+
+std::vector<OverlapCase> DeferredCases() {
+  std::vector<OverlapCase> cases;
+  const double clips[] = {0.0, kClipTriggers, kClipIdle};
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  const char* const placements[][2] = {
+      {"cpu", "cpu"}, {"cpu", "nvme"}, {"nvme", "cpu"}, {"nvme", "nvme"}};
+  // Every placement with every dtype and every clip; every dtype with every clip.
+  for (int p = 0; p < 4; ++p) {
+    for (int d = 0; d < 3; ++d) {
+      OverlapCase c;
+      c.stage = 3;
+      c.opt = placements[p][0];
+      c.param = placements[p][1];
+      c.dtype = dtypes[d];
+      c.clip = clips[(p + d) % 3];
+      c.overlap_comm = d == 1;
+      cases.push_back(c);
+    }
+  }
+  // Accumulation 1: every forward is the boundary's (the NVMe read-ahead of the next step and the
+  // deferred updates meet in it).
+  for (int p : {0, 3}) {
+    OverlapCase c;
+    c.stage = 3;
+    c.opt = placements[p][0];
+    c.param = placements[p][1];
+    c.dtype = p == 0 ? DType::kBFloat16 : DType::kFloat16;
+    c.clip = p == 0 ? 0.0 : kClipTriggers;
+    c.gas = 1;
+    cases.push_back(c);
+  }
+  // Swap chunks smaller than a sub-group and not dividing it: a parameter's shard can span two
+  // chunks, and its gather waits for both.
+  OverlapCase chunked;
+  chunked.stage = 3;
+  chunked.opt = "nvme";
+  chunked.param = "nvme";
+  chunked.dtype = DType::kBFloat16;
+  chunked.clip = kClipTriggers;
+  chunked.chunk_bytes = 12 * 1000;
+  cases.push_back(chunked);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, DeferredUpdatesTest, ::testing::ValuesIn(DeferredCases()),
+                         [](const auto& info) { return testing::OverlapCaseName(info.param); });
+
+// A fence that holds back the parameters it is told to.
+class HeldBack final : public ParamFence {
+ public:
+  explicit HeldBack(std::vector<size_t> pending) : pending_(std::move(pending)) {}
+  bool Pending(size_t param) const override {
+    for (size_t p : pending_) {
+      if (p == param) return true;
+    }
+    return false;
+  }
+  Status Await(size_t param) override {
+    std::erase(pending_, param);
+    return Status::Ok();
+  }
+  Status Poll() override { return Status::Ok(); }
+
+ private:
+  std::vector<size_t> pending_;
+};
+
+// The store's side of the fence on every tier: a read of a pending shard is refused (Internal,
+// naming the parameter), Prefetch skips it, and once the fence lets it go it reads the bytes
+// written last.
+TEST(DeferredUpdatesStoreTest, APendingShardCannotBeRead) {
+  for (Tier tier : {Tier::kDevice, Tier::kCpu, Tier::kNvme}) {
+    SCOPED_TRACE(std::string(TierName(tier)));
+    testing::ScratchDir dir;
+    auto device = testing::MakeHostDevice();
+    const std::vector<size_t> numels = {300, 500, 200};
+    PartitionLayout layout = PartitionLayout::Create(numels, 1, 0, 64).value();
+    ParamStoreOptions o;
+    o.tier = tier;
+    o.device = device.get();
+    o.layout = &layout;
+    o.dtype = DType::kFloat32;
+    o.pin_memory = false;
+    o.swapper.nvme_paths = {dir.path().string()};
+    o.swapper.pin_memory = false;
+    o.swapper.buffer_count = 2;
+    o.swapper.buffer_size = 500;
+    Result<std::unique_ptr<ParamStore>> store = ParamStore::Create(o);
+    ASSERT_THAT(store.status(), IsOk());
+    Stream stream = device->CreateStream().value();
+    std::vector<float> values(layout.partition_numel());
+    for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k) * 0.5f + 1.0f;
+    ASSERT_THAT((*store)->Write(0, values.data(), values.size(), stream), IsOk());
+    HeldBack fence(std::vector<size_t>{1});
+    (*store)->set_fence(&fence);
+    EXPECT_THAT((*store)->Acquire(1).status(),
+                StatusIs(StatusCode::kInternal, HasSubstr("parameter 1 read before its deferred")));
+    EXPECT_THAT((*store)->Prefetch(std::vector<size_t>{0, 1, 2}), IsOk());
+    ASSERT_THAT(fence.Await(1), IsOk());
+    for (size_t i = 0; i < 3; ++i) {
+      Result<ShardView> v = (*store)->Acquire(i);
+      ASSERT_THAT(v.status(), IsOk()) << "param " << i;
+      const ShardSlice& s = layout.slices()[i];
+      std::vector<float> got(s.shard_numel);
+      if (v->on_host) {
+        std::memcpy(got.data(), v->data, got.size() * sizeof(float));
+      } else {
+        ASSERT_THAT(stream.CopyAsync(got.data(), v->data, got.size() * sizeof(float),
+                                     CopyKind::kDeviceToHost),
+                    IsOk());
+        ASSERT_THAT(stream.Synchronize(), IsOk());
+      }
+      EXPECT_EQ(std::memcmp(got.data(), values.data() + s.flat_offset, got.size() * sizeof(float)),
+                0)
+          << "param " << i;
+      ASSERT_THAT((*store)->Done(i, stream), IsOk());
+    }
+    (*store)->set_fence(nullptr);
+    store->reset();
+    device->DestroyStream(stream).IgnoreError();
+  }
+}
+
+}  // namespace
+}  // namespace strata
