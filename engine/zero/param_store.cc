@@ -146,11 +146,14 @@ Result<ParamStoreOptions> ParamStoreOptionsFromConfig(const Config& config, int 
 }
 
 Status ParamStore::Prefetch(std::span<const size_t> params) {
-  if (fence_ == nullptr) return DoPrefetch(params);
+  const auto pending = [&](size_t i) { return fence_->Pending(i); };
+  if (fence_ == nullptr || std::none_of(params.begin(), params.end(), pending)) {
+    return DoPrefetch(params);
+  }
   std::vector<size_t> final_params;  // a pending shard's read would fetch its old bytes
   final_params.reserve(params.size());
   for (size_t i : params) {
-    if (!fence_->Pending(i)) final_params.push_back(i);
+    if (!pending(i)) final_params.push_back(i);
   }
   return DoPrefetch(final_params);
 }

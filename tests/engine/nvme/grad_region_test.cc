@@ -102,6 +102,21 @@ double ReferenceSquaredNorm(const std::vector<float>& g) {
   return total;
 }
 
+// Random adds into a region, mirrored into a host array (the reference).
+struct ReferenceAdds {
+  explicit ReferenceAdds(GradRegion* region) : region(region) {}
+  Status Add(size_t b, size_t n) {
+    std::vector<float> src(n);
+    for (float& x : src) x = d(rng);
+    for (size_t i = 0; i < n; ++i) ref[b + i] += src[i];
+    return region->Add(b, src.data(), n);
+  }
+  GradRegion* region;
+  std::vector<float> ref = std::vector<float>(kNumel, 0.0f);
+  std::mt19937_64 rng{TestSeed()};
+  std::normal_distribution<float> d;
+};
+
 // Note [A buffer to read through]: the overlapped step reads finished chunks while backward adds
 // into later ones. Its reads must not evict the chunks being added into: here every chunk leaves
 // its add buffer once (one write) and is read once, and what is read equals the adds (a host array
@@ -112,15 +127,9 @@ TEST(GradRegionTest, ReadsOfFinishedChunksDoNotEvictTheChunksBeingAddedInto) {
   Rig r = MakeRig(dir, 2);
   ASSERT_NE(r.region, nullptr);
   EXPECT_EQ(r.region->cpu_bytes(), 3 * kChunk * sizeof(float));  // two to add into, one to read
-  std::vector<float> ref(kNumel, 0.0f);
-  std::mt19937_64 rng(TestSeed());
-  std::normal_distribution<float> d;
-  auto add = [&](size_t b, size_t n) {
-    std::vector<float> src(n);
-    for (float& x : src) x = d(rng);
-    for (size_t i = 0; i < n; ++i) ref[b + i] += src[i];
-    return r.region->Add(b, src.data(), n);
-  };
+  ReferenceAdds adds(r.region.get());
+  std::vector<float>& ref = adds.ref;
+  auto add = [&](size_t b, size_t n) { return adds.Add(b, n); };
   auto expect_read = [&](size_t c) {
     const size_t n = std::min(kChunk, kNumel - c * kChunk);
     std::vector<float> got(n, -1.0f);
@@ -156,15 +165,9 @@ TEST(GradRegionTest, AChunkAboveTheOneAddedIntoIsWrittenBehind) {
   ScratchDir dir;
   Rig r = MakeRig(dir, 2);
   ASSERT_NE(r.region, nullptr);
-  std::vector<float> ref(kNumel, 0.0f);
-  std::mt19937_64 rng(TestSeed());
-  std::normal_distribution<float> d;
-  auto add = [&](size_t b, size_t n) {
-    std::vector<float> src(n);
-    for (float& x : src) x = d(rng);
-    for (size_t i = 0; i < n; ++i) ref[b + i] += src[i];
-    return r.region->Add(b, src.data(), n);
-  };
+  ReferenceAdds adds(r.region.get());
+  std::vector<float>& ref = adds.ref;
+  auto add = [&](size_t b, size_t n) { return adds.Add(b, n); };
   ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
   const size_t last = kNumel - 5 * kChunk;  // chunk 5 is the partial last one
   ASSERT_THAT(add(5 * kChunk, last), IsOk());

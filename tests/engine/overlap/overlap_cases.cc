@@ -18,6 +18,17 @@ std::string OverlapCaseName(const OverlapCase& c) {
   return n;
 }
 
+void ExpectClipAsNamed(const OverlapCase& c, const std::vector<double>& norms) {
+  for (double norm : norms) {
+    if (c.clip == kClipTriggers) {
+      EXPECT_GT(norm, c.clip) << OverlapCaseName(c);
+    }
+    if (c.clip == kClipIdle) {
+      EXPECT_LT(norm, c.clip) << OverlapCaseName(c);
+    }
+  }
+}
+
 namespace {
 
 std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {

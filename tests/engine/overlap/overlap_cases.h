@@ -27,6 +27,13 @@ struct OverlapCase {
 };
 
 std::string OverlapCaseName(const OverlapCase& c);
+
+// gradient_clipping values of the cases: far below the tiny model's gradient norm (the clip
+// triggers every step) and far above it (it never does).
+inline constexpr double kClipTriggers = 1e-4;
+inline constexpr double kClipIdle = 1e4;
+// The clip cases are what their names say: each norm above kClipTriggers / below kClipIdle.
+void ExpectClipAsNamed(const OverlapCase& c, const std::vector<double>& norms);
 inline void PrintTo(const OverlapCase& c, std::ostream* os) { *os << OverlapCaseName(c); }
 
 struct OverlapRun {

@@ -17,6 +17,16 @@ using testing::OverlapCase;
 using testing::OverlapRun;
 using testing::OverlapRunOptions;
 
+// Steps 1 and 3 (of 0..3) overflow: `inject` on the LM head, armed before those steps.
+void OverflowAtOddSteps(testing::InfInjector* inject, OverlapRunOptions* o) {
+  o->hooks = inject;
+  o->hook_module = [](llama::LlamaForCausalLM& m) -> nn::Module* { return &m.lm_head(); };
+  o->arg = inject;
+  o->before_step = [](int step, void* arg) {
+    static_cast<testing::InfInjector*>(arg)->armed = step % 2 == 1;
+  };
+}
+
 TEST(StepOverlapMpiTest, OverlappedStepEqualsTheSerialStepBitwiseOnEveryRank) {
   Communicator& comm = testing::World();
   ASSERT_GE(comm.world_size(), 2) << "run under mpirun -np 2";
@@ -60,14 +70,7 @@ TEST(StepOverlapMpiTest, DeferredUpdatesEqualTheSerialStepBitwiseOnEveryRank) {
     OverlapRunOptions o;
     o.steps = 4;
     o.gather_each_step = false;
-    if (fp16 && comm.rank() == 0) {  // steps 1 and 3 overflow on rank 0
-      o.hooks = &inject;
-      o.hook_module = [](llama::LlamaForCausalLM& m) -> nn::Module* { return &m.lm_head(); };
-      o.arg = &inject;
-      o.before_step = [](int step, void* arg) {
-        static_cast<testing::InfInjector*>(arg)->armed = step % 2 == 1;
-      };
-    }
+    if (fp16 && comm.rank() == 0) OverflowAtOddSteps(&inject, &o);
     o.nvme_dir = dir.File("serial");
     const OverlapRun serial = testing::RunOverlapCase(comm, c, false, o);
     o.nvme_dir = dir.File("deferred");
@@ -105,14 +108,7 @@ TEST(StepOverlapMpiTest, ChunkedNvmeEqualsTheCpuPlacementBitwiseOnEveryRank) {
     testing::InfInjector inject(nullptr);
     OverlapRunOptions o;
     o.steps = 4;
-    if (fp16 && comm.rank() == 0) {  // steps 1 and 3 overflow on rank 0
-      o.hooks = &inject;
-      o.hook_module = [](llama::LlamaForCausalLM& m) -> nn::Module* { return &m.lm_head(); };
-      o.arg = &inject;
-      o.before_step = [](int step, void* arg) {
-        static_cast<testing::InfInjector*>(arg)->armed = step % 2 == 1;
-      };
-    }
+    if (fp16 && comm.rank() == 0) OverflowAtOddSteps(&inject, &o);
     o.nvme_dir = dir.File("cpu");
     const OverlapRun ref = testing::RunOverlapCase(comm, cpu, false, o);
     EXPECT_EQ(ref.skipped, fp16 ? 2 : 0);
