@@ -208,7 +208,7 @@ Status Engine::ApplyStep() {
     TraceSpan span(im.tracer.get(), "defer updates", "optimizer");
     im.overlap->TakeParamsWritten();
     STRATA_RETURN_IF_ERROR(im.overlap->Defer({step_number, hp, grad_scale, false}, done));
-    STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent());  // the pending ones at their use
+    STRATA_RETURN_IF_ERROR(im.hooks->RegatherPersistent(/*at_next_use=*/true));
     STRATA_RETURN_IF_ERROR(ZeroDeviceGradients());  // the host part once the updates have run
     STRATA_RETURN_IF_ERROR(scaler_.Update(false));
     stats_.loss_scale = scaler_.scale();

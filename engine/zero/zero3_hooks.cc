@@ -457,12 +457,20 @@ Status ZeroHooks::FinishForward() {
   return Status::Ok();
 }
 
-Status ZeroHooks::RegatherPersistent() {
-  const ParamFence* fence = o_.store != nullptr ? o_.store->fence() : nullptr;
+// Note [Persistent re-gathers in the same order on every rank]
+// After a step whose updates were deferred, every persistent parameter is re-gathered at its
+// next use, not only those still pending: whether an update is still pending depends on this
+// rank's timing, and a re-gather is a collective. Re-gathering the finished ones at once and the
+// pending ones later issued the all_gathers in a different order on each rank
+// (engine_grad_region_mpi_world2 failed about 1 run in 10: "mismatched collective", with
+// strata.comm_check_sizes). At the next use the order is the forward's, the same everywhere.
+// Whether a step deferred is the same on every rank (the configuration and the agreed norm and
+// overflow decide it).
+Status ZeroHooks::RegatherPersistent(bool at_next_use) {
   for (size_t i = 0; i < state_.size(); ++i) {
     ParamState& st = state_[i];
     if (!st.persistent) continue;
-    st.stale = fence != nullptr && fence->Pending(i);  // re-gathered at its next use
+    st.stale = at_next_use;  // re-gathered by Gather
     if (!st.stale) STRATA_RETURN_IF_ERROR(RefillPersistent(i));
   }
   return Status::Ok();

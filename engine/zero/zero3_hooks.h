@@ -111,11 +111,11 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // forward_only: the end of a forward pass (the coordinator's EndPass: holds released, the
   // recorded trace checked and replayed from the next pass on).
   Status FinishForward();
-  // Stage 3: re-gathers the persistent parameters from the (updated) shards. One whose shard
-  // still waits for a deferred update (the store's ParamFence) keeps its old values until its
-  // first gather, which waits for the update and re-gathers it then (Note [Deferred updates] in
-  // engine/optim/step_overlap.cc).
-  Status RegatherPersistent();
+  // Stage 3: re-gathers the persistent parameters from the (updated) shards, now; or, after a
+  // step whose updates were deferred (`at_next_use`), each at its next gather, which waits for
+  // its update (Note [Deferred updates] in engine/optim/step_overlap_defer.cc); until then it
+  // keeps its old values. Note [Persistent re-gathers in the same order on every rank].
+  Status RegatherPersistent(bool at_next_use = false);
 
   // The reducer's SlotDoneFn: stage 3 frees the slot (in `stream` order), stage 2 zeroes it.
   Status SlotDone(const Stream& stream, size_t param, float* slot);
