@@ -151,8 +151,9 @@ class GradRegion final : public GradTarget {
   Result<const float*> ReadView(size_t c);
   // Writes the zeros of b's fresh part (Note [Copy into a fresh chunk]).
   void Materialize(Buffer& b);
-  // Starts the writes of the dirty chunks above chunk c (Note [Write-behind] in grad_region.cc).
-  Status WriteBehind(size_t c);
+  // After an add into chunk c (in buffer b): starts the writes of the chunks this pass has finished
+  // (Note [Write-behind] and Note [A chunk is done when its adds are] in grad_region.cc).
+  Status WriteBehind(size_t c, Buffer& b);
   // Starts b's write if dirty (taking the norm sums first on the last pass).
   Status WriteOut(Buffer& b);
   Status WaitWrite(Buffer& b);
@@ -169,6 +170,10 @@ class GradRegion final : public GradTarget {
   int read_chunk_ = -1;          // the chunk read_buf_ holds, or -1
   std::vector<char> has_data_;   // per chunk: this step wrote it (on NVMe or in a buffer)
   std::vector<char> touched_;    // per chunk: this pass wrote it
+  // Note [A chunk is done when its adds are]: per chunk, the elements this pass added, and those
+  // the last pass that ended added (empty until one has).
+  std::vector<size_t> added_;
+  std::vector<size_t> expected_;
   std::vector<double> norm_sums_;
   uint64_t clock_ = 0;
   bool last_pass_ = false;

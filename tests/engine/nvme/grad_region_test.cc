@@ -187,6 +187,47 @@ TEST(GradRegionTest, AChunkAboveTheOneAddedIntoIsWrittenBehind) {
   EXPECT_EQ(r.region->SquaredNorm(), ReferenceSquaredNorm(ref));
 }
 
+// Note [A chunk is done when its adds are]: four "layers" of a large parameter then a small norm
+// (flat order), the backward adding each layer's large parameter and then its norm (arrival
+// order), so the chunk that holds a norm gets a late add after the backward moved below it. The
+// last element is padding no pass adds. From the second step on the region knows each chunk's
+// count: no chunk is read back and each is written once, with the values and the norm of a host
+// array given the same adds. The first step, before any count, writes some chunks twice.
+TEST(GradRegionTest, AChunkIsWrittenWhenItsAddsAreDoneSoLateAddsReadNothingBack) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, 3);
+  ASSERT_NE(r.region, nullptr);
+  constexpr size_t kLayer = 10990, kNorm = 990;  // 4 layers: [0, 43960) of kNumel 43961
+  const uint64_t whole = kNumel * sizeof(float);
+  for (int step = 0; step < 2; ++step) {
+    ReferenceAdds adds(r.region.get());
+    r.region->TakeStats();  // not the previous step's reads
+    ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+    for (size_t layer = 4; layer-- > 0;) {
+      const size_t at = layer * kLayer;
+      ASSERT_THAT(adds.Add(at, kLayer - kNorm), IsOk());
+      ASSERT_THAT(adds.Add(at + kLayer - kNorm, kNorm), IsOk());
+    }
+    ASSERT_THAT(r.region->EndPass(), IsOk());
+    ASSERT_THAT(r.region->Flush(), IsOk());
+    const GradRegion::Stats st = r.region->TakeStats();
+    if (step == 0) {
+      EXPECT_GT(st.bytes_written, whole);  // the norms' chunks written before their late adds
+    } else {
+      EXPECT_EQ(st.bytes_read, 0u);
+      EXPECT_EQ(st.bytes_written, whole);
+    }
+    for (size_t c = 0; c < 6; ++c) {
+      const size_t n = std::min(kChunk, kNumel - c * kChunk);
+      std::vector<float> got(n, -1.0f);
+      ASSERT_THAT(r.region->Read(c * kChunk, n, got.data()), IsOk());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), adds.ref.begin() + c * kChunk))
+          << "step " << step << " chunk " << c;
+    }
+    EXPECT_EQ(r.region->SquaredNorm(), ReferenceSquaredNorm(adds.ref)) << "step " << step;
+  }
+}
+
 class GradRegionBuffersTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GradRegionBuffersTest, AccumulatesTwoMicroBatchesLikeTheHostPartitionBitwise) {
