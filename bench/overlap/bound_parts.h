@@ -89,8 +89,12 @@ struct AioSpeed {
 // swap's writes are: Note [Overwrite sweep]), and removes it. NotFound when `dir` has no files.
 // With `load` (a diagnostic, not part of the bound): the load runs over and over on a thread of
 // its own for the whole sweep (Note [A loaded sweep] in bound_parts.cc).
+// kInPlace: the write pass overwrites the files it read (up to max_write_bytes), timed once, with
+// no scratch file: their contents are lost (Note [A sustained sweep] in bound_parts.cc).
+enum class SweepWrites { kScratch, kInPlace };
 Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& options,
                                  size_t request_bytes, uint64_t max_write_bytes,
-                                 const std::function<Status()>& load = {});
+                                 const std::function<Status()>& load = {},
+                                 SweepWrites writes = SweepWrites::kScratch);
 
 }  // namespace strata::bench

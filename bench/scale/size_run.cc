@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -146,7 +147,8 @@ std::string ScaleConfigJson(const ScaleOptions& o, const std::string& dir, uint6
 // measured alone in this process after the timed steps: the NVMe bytes the engine counted in the
 // last step over the read / write speed Strata's own aio reaches on the same swap files (hard
 // links to the largest of them, up to ScaleOptions::sweep_bytes, read in sub-group-sized
-// requests; the write pass overwrites a scratch file of the same size); the CPU work is forward +
+// requests, then overwritten with as many bytes once the engine is gone: Note [A sustained
+// sweep] in bench/overlap/bound_parts.cc); the CPU work is forward +
 // backward of resident models (one and two layers, extrapolated: the layers are identical), CPU
 // Adam over a sub-group timed and scaled to the partition (it is element-wise), and the CPU time
 // of the link copies at this host's memcpy speed; the paced link's own time is a third
@@ -219,11 +221,15 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   const std::string links = (fs::path(dir) / "sweep-links").string();
   Result<uint64_t> linked = LinkSweepFiles(dir, links, o.sweep_bytes);
   if (!linked.ok()) return {{"error", linked.status().ToString()}};
-  Result<AioSpeed> speed = MeasureAioSweep(links, run->config().aio, request, o.sweep_bytes);
+  const AioOptions aio = run->config().aio;
+  run.reset();  // its files closed (the links keep them) and its memory back
+  // Note [A sustained sweep] in bench/overlap/bound_parts.cc: the write pass overwrites the
+  // linked files, as many bytes as were read.
+  Result<AioSpeed> speed =
+      MeasureAioSweep(links, aio, request, UINT64_MAX, {}, SweepWrites::kInPlace);
   fs::remove_all(links, ec);
   if (!speed.ok()) return {{"error", "aio sweep: " + speed.status().ToString()}};
   const DType dtype = o.dtype == "bf16" ? DType::kBFloat16 : DType::kFloat32;
-  run.reset();  // the engine's memory back before the resident models
   fs::remove_all(dir, ec);
   double compute_cpu_s = 0;
   Result<double> compute_s = ComputeAlone(mc, dtype, batch, &compute_cpu_s);
