@@ -195,6 +195,9 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   }
   std::unique_ptr<EngineRun> run = std::move(rr).value();
   out["init_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Where the peak comes from (a diagnostic): the peak RSS (VmHWM) by the end of initialization
+  // (the NVMe state written), and after each step (peak_rss_step_bytes).
+  out["peak_rss_init_bytes"] = PeakRssBytes();
 
   const std::vector<int32_t> ids = RandomTokens(static_cast<size_t>(o.seq), mc.vocab_size, 5);
   const nn::TokenBatch batch{ids, ids, 1, o.seq};
@@ -209,6 +212,7 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
     }
     losses.push_back(r->loss);
     step_s.push_back(r->total_s);
+    out["peak_rss_step_bytes"].push_back(PeakRssBytes());
     last = r->breakdown;
   }
   if (Status s = run->engine().Synchronize(); !s.ok()) return {{"error", s.ToString()}};
