@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -285,6 +286,12 @@ std::vector<int64_t> AioHandle::TakeLatencies() {
     all.insert(all.end(), l.begin(), l.end());
   }
   return all;
+}
+
+int AioHandle::TakeMaxReadsInFlight() {
+  int most = 0;
+  for (auto& w : workers_) most = std::max(most, w->TakeMaxReadsInFlight());
+  return most;
 }
 
 std::string AioHandle::Describe() const {

@@ -103,6 +103,9 @@ class AioHandle {
 
   // Piece latencies (ns) since the last call, all threads (options.record_latency only).
   std::vector<int64_t> TakeLatencies();
+  // The most read pieces one thread had in flight at once since the last call (at most
+  // queue_depth): whether readers kept the queue full. Waits for each thread to be between I/Os.
+  int TakeMaxReadsInFlight();
 
   const AioOptions& options() const { return options_; }
   // "io_uring (fixed files, registered buffers), block 1 MiB, qd 8, 1 thread, overlap".

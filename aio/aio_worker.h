@@ -43,6 +43,9 @@ class AioWorker {
   const std::string& description() const { return description_; }
   // Any thread: the piece latencies (ns) recorded since the last call (record_latency only).
   std::vector<int64_t> TakeLatencies();
+  // Any thread: the most read pieces this worker had in flight at once since the last call
+  // (Note [Reads in flight] in aio_worker.cc).
+  int TakeMaxReadsInFlight();
 
  private:
   struct Slot {
@@ -68,6 +71,8 @@ class AioWorker {
   void SubmitRetries();
   void SubmitBatch();
   void Release(int slot);
+  // A read piece took (+1) or gave back (-1) its slot (Note [Reads in flight]).
+  void CountRead(int delta);
   uint8_t* BounceFor(int slot);
   void Complete(const IoCompletion& c);
   void Fail(Segment& seg, const Status& s);
@@ -105,7 +110,9 @@ class AioWorker {
   std::vector<int> retry_;  // slots to resubmit (EAGAIN, short transfer, partial submit)
   std::vector<IoCompletion> completions_;
   int inflight_ = 0;
-  size_t reads_in_a_row_ = 0;  // read pieces issued since the last write piece
+  int reads_inflight_ = 0;      // read pieces holding a slot (Note [Reads in flight])
+  int max_reads_inflight_ = 0;  // since the last TakeMaxReadsInFlight
+  size_t reads_in_a_row_ = 0;   // read pieces issued since the last write piece
   // Overlap mode: how long the next Reap may wait while there is room for more pieces (Note
   // [Waiting with room] in aio_worker.cc).
   int64_t room_wait_us_;
@@ -115,6 +122,11 @@ class AioWorker {
     double begin_us = 0;
     uint64_t read_bytes = 0, write_bytes = 0;
     int segments = 0;
+    // Read pieces in flight over the batch: the most at once, and their integral over time
+    // (piece x ns) since begin_ns, for the time-weighted mean (Note [Reads in flight]).
+    int max_reads = 0;
+    double read_area = 0;
+    int64_t begin_ns = 0, changed_ns = 0;
     std::string file;  // the first segment's path
     bool many_files = false;
   };

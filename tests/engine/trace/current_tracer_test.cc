@@ -87,6 +87,54 @@ TEST(CurrentTracerTest, AioThreadsRecordOneSpanPerBatchOnTheirTracks) {
   EXPECT_EQ(read, buf->size());
 }
 
+// Note [Reads in flight] (aio/aio_worker.cc): a batch's span says how deep its reads ran. One
+// thread, a queue of 4: a read of 16 pieces holds all four slots (the time-weighted mean lies in
+// (0, 4]); reads waited for one at a time hold one; a write holds none.
+TEST(CurrentTracerTest, AioSpansSayHowManyReadPiecesWereInFlight) {
+  ScratchDir dir;
+  const std::string file = dir.File("data.bin");
+  constexpr size_t kPiece = 4096, kPieces = 16;
+  AioOptions o;
+  o.queue_depth = 4;
+  o.block_size = kPiece;
+  o.allow_buffered = true;
+  auto aio = AioHandle::Create(o);
+  ASSERT_THAT(aio.status(), IsOk());
+  auto buf = AlignedBuffer::Allocate(kPiece * kPieces);
+  ASSERT_THAT(buf.status(), IsOk());
+  std::memset(buf->data(), 3, buf->size());
+  const std::string path = dir.File("trace.json");
+  {
+    Tracer tracer(path);
+    SetCurrentTracer(&tracer);
+    ASSERT_THAT((*aio)->Pwrite(file, buf->data(), buf->size(), 0).status(), IsOk());
+    ASSERT_THAT((*aio)->Pread(file, buf->data(), buf->size(), 0).status(), IsOk());
+    ASSERT_THAT((*aio)->Pread(file, buf->data(), kPiece, 0).status(), IsOk());
+    SetCurrentTracer(nullptr);
+    ASSERT_THAT(tracer.Flush(), IsOk());
+  }
+  const testing::ParsedTrace t = testing::ParseTrace(path);
+  ASSERT_EQ(t.spans.size(), 3u) << "one batch per request (each waited for)";
+  std::vector<nlohmann::json> spans = t.spans;
+  std::sort(spans.begin(), spans.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.at("ts").get<double>() < b.at("ts").get<double>();
+  });
+  const int expect_max[] = {0, 4, 1};
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const nlohmann::json& a = spans[k].at("args");
+    EXPECT_EQ(a.at("queue_depth").get<int>(), 4) << spans[k].dump();
+    EXPECT_EQ(a.at("max_reads_in_flight").get<int>(), expect_max[k]) << spans[k].dump();
+    const double mean = a.at("mean_reads_in_flight").get<double>();
+    EXPECT_GE(mean, 0.0) << spans[k].dump();
+    EXPECT_LE(mean, expect_max[k]) << spans[k].dump();
+    if (expect_max[k] == 0) {
+      EXPECT_EQ(mean, 0.0) << spans[k].dump();
+    }
+  }
+  EXPECT_EQ(spans[0].at("name"), "aio write");
+  EXPECT_EQ(spans[1].at("name"), "aio read");
+}
+
 TEST(CurrentTracerTest, CpuOptimizerRecordsOneSpanPerChunkOnAdamWorkerTracks) {
   constexpr size_t kTile = 4096, kTiles = 16, kNumel = kTile * kTiles - 100;
   CpuOptimizerOptions co;
