@@ -31,9 +31,9 @@ namespace strata {
 // elements of pinned buffers, the shards within max_in_cpu kept in CPU memory, the rest on NVMe;
 // the updated parameters go back to the store a swap chunk at a time (no partition-sized staging
 // with the NVMe optimizer state: engine/optim/param_copy_target.h), and the CPU-kept shards have
-// the store's own storage (with offload_optimizer cpu they live in the staging instead);
-// each swapper's AioHandle may allocate a pageable bounce buffer of queue_depth x block_size
-// per thread (only for unaligned requests; counted to be safe).
+// the store's own storage (with offload_optimizer cpu they live in the staging instead).
+// The swappers' aio bounce buffers are not planned: every request is aligned (Note [Pageable
+// terms] in pageable_plan.cc).
 
 namespace {
 
@@ -65,9 +65,7 @@ class Planner {
  public:
   explicit Planner(MemoryPlan* plan) : plan_(plan) {}
   void Add(PlanTier tier, std::string what, uint64_t bytes) {
-    if (bytes == 0) return;
-    plan_->items.push_back({std::move(what), tier, bytes});
-    plan_->tier_bytes[static_cast<size_t>(tier)] += bytes;
+    AddPlanItem(plan_, {std::move(what), tier, bytes});
   }
   void Device(std::string what, uint64_t bytes) {
     if (bytes > 0) Add(PlanTier::kDevice, std::move(what), DeviceAlloc(bytes));
@@ -106,6 +104,34 @@ std::string_view PlanTierName(PlanTier tier) {
       return "nvme";
   }
   return "?";
+}
+
+std::string_view PlanPhaseName(PlanPhase phase) {
+  switch (phase) {
+    case PlanPhase::kRun:
+      return "run";
+    case PlanPhase::kInitialize:
+      return "initialize";
+    case PlanPhase::kSteps:
+      return "steps";
+    case PlanPhase::kSave:
+      return "save";
+    case PlanPhase::kExport:
+      return "export";
+  }
+  return "?";
+}
+
+void AddPlanItem(MemoryPlan* plan, PlanItem item) {
+  if (item.bytes == 0) return;
+  const size_t t = static_cast<size_t>(item.tier);
+  plan->items.push_back(std::move(item));
+  // The tier's whole-run items plus its largest phase.
+  std::array<uint64_t, kNumPlanPhases> by_phase{};
+  for (const PlanItem& i : plan->items) {
+    if (static_cast<size_t>(i.tier) == t) by_phase[static_cast<size_t>(i.phase)] += i.bytes;
+  }
+  plan->tier_bytes[t] = by_phase[0] + *std::max_element(by_phase.begin() + 1, by_phase.end());
 }
 
 std::string_view PlanTierKey(PlanTier tier) {
@@ -264,9 +290,6 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
                 RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kPlanSwapAlign),
             z.offload_param.pin_memory);
         p.Add(PlanTier::kNvme, "parameter shard swap file", swap);
-        p.Add(PlanTier::kPageableCpu, "aio bounce buffers (param swapper)",
-              static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *
-                  static_cast<uint64_t>(config.aio.queue_depth) * config.aio.block_size);
         break;
       }
     }
@@ -351,18 +374,14 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         p.Pinned(StagingLabel(pd), part * cb, opt_pin);
       }
       p.Add(PlanTier::kNvme, "fp32 master + moments swap file", swap);
-      p.Add(PlanTier::kPageableCpu, "aio bounce buffers (optimizer swapper)",
-            static_cast<uint64_t>(std::max(config.aio.thread_count, 1)) *
-                static_cast<uint64_t>(config.aio.queue_depth) * config.aio.block_size);
       plan.notes.push_back("offload nvme: planned from the design (Note [Stage 3 and NVMe plans])");
       break;
     }
   }
   if (z.stage >= 2) p.Device("reduce-scatter buffer (largest shard, fp32)", max_shard * 4);
   p.Device("step scalars", 4);
-  p.Add(PlanTier::kPageableCpu, "parameter initialisation (largest parameter, fp32)",
-        model.LargestParameter() * 4);
-  // What the step keeps on the side and the like (engine/plan/pageable_plan.h).
+  // The process, the host GEMM's scratch, what the step keeps on the side, each in its phase
+  // (engine/plan/pageable_plan.h).
   AddPageableItems(
       model, config,
       {.offloaded_numel = part - split, .compute_bytes = cb, .largest_shard = max_shard}, &plan);

@@ -51,10 +51,20 @@ struct PlanOptions {
   bool include_activations = true;
 };
 
+// When an item is held: for the whole run, or only during one phase of it. The phases follow
+// one another (Initialize, the steps, a checkpoint save, an export) and what one phase allocates
+// is freed before the next begins, so a tier holds its whole-run items plus its largest phase's
+// items, not their sum (Note [Pageable terms] in engine/plan/pageable_plan.cc).
+enum class PlanPhase : uint8_t { kRun = 0, kInitialize = 1, kSteps = 2, kSave = 3, kExport = 4 };
+inline constexpr int kNumPlanPhases = 5;
+// "run", "initialize", "steps", "save", "export".
+std::string_view PlanPhaseName(PlanPhase phase);
+
 struct PlanItem {
   std::string what;  // "fp32 master + moments + gradients", ...
   PlanTier tier = PlanTier::kDevice;
   uint64_t bytes = 0;
+  PlanPhase phase = PlanPhase::kRun;
 };
 
 // Bytes a training step (one optimizer step: gradient_accumulation_steps micro-batches) moves,
@@ -81,6 +91,10 @@ struct MemoryPlan {
   uint64_t bytes(PlanTier t) const { return tier_bytes[static_cast<size_t>(t)]; }
 };
 
+// Appends `item` (nothing when its bytes are 0) and updates plan->tier_bytes: per tier, the
+// whole-run items plus the largest phase's items.
+void AddPlanItem(MemoryPlan* plan, PlanItem item);
+
 // Plans `config` (zero stage, offloads, dtypes, buckets, sub-groups, batch) for `model`.
 // InvalidArgument for options it cannot plan (world < 1, rank outside the world, no parameters,
 // nvme without nvme_path is fine: the plan needs no path).
@@ -97,7 +111,8 @@ ModelShape ShapeFromNumels(std::vector<uint64_t> numels, std::string name = "mod
 // figure above its capacity is marked "does not fit".
 std::string FormatTierTable(const MemoryPlan& plan, const std::optional<TierBytes>& peaks = {},
                             const std::optional<TierBytes>& capacities = {});
-// The items, largest first, one line each ("device  256 MiB  fp32 gradients"), then the notes.
+// The items, largest first, one line each ("device  256 MiB  fp32 gradients"; an item held
+// during one phase only says which: "pageable cpu  64 MiB  [save] ..."), then the notes.
 std::string FormatPlanItems(const MemoryPlan& plan);
 
 // The first tier whose planned bytes pass its capacity (capacity 0 = not limited), if any.

@@ -55,8 +55,10 @@ std::string FormatPlanItems(const MemoryPlan& plan) {
                    [](const PlanItem& a, const PlanItem& b) { return a.bytes > b.bytes; });
   std::string out;
   for (const PlanItem& it : items) {
+    const std::string phase =
+        it.phase == PlanPhase::kRun ? "" : "[" + std::string(PlanPhaseName(it.phase)) + "] ";
     out += "  " + Pad(std::string(PlanTierName(it.tier)), 14) + Pad(FormatBytes(it.bytes), 12) +
-           it.what + "\n";
+           phase + it.what + "\n";
   }
   for (const std::string& n : plan.notes) out += "  note: " + n + "\n";
   return out;

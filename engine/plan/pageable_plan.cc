@@ -6,35 +6,71 @@
 namespace strata {
 
 // Note [Pageable terms]
-// Measured with scripts/run.sh's job (configs/llama_nvme.json, the `small` preset: stage 3,
-// params and optimizer on NVMe, bf16, gradient_clipping 1.0) by sampling /proc/PID/smaps and
-// VmHWM, and with heaptrack: of the 297 MiB of pageable peak (RSS growth less the device and
-// pinned peaks) during training, 259 MiB went away with strata.overlap_step false or
-// gradient_clipping 0 — the speculative overlapped step's kept copies (engine/optim/
-// step_overlap.h: before a sub-group is updated during the boundary backward, its master, moments
-// and compute-dtype copy are kept in case clipping or an overflow changes the step; at most
-// StepOverlapOptions::copy_limit_bytes, 1 GiB). The rest (~38 MiB there, 18 MiB with the `tiny`
-// preset) is the items memory_plan.cc lists (aio bounce buffers, the initial values' largest
-// parameter, batch staging) and what glibc keeps of the buffers Initialize freed; with
-// MALLOC_MMAP_THRESHOLD_=131072 it measures 0, so it is not a term of its own. Exporting from a
-// checkpoint maps and verifies the checkpoint's shard (tools/strata/train/cmd_train_memory.cc
-// plans that term).
+// Measured on scripts/run.sh's job (configs/llama_nvme.json, the `small` preset, 19.1M
+// parameters: stage 3, params and optimizer on NVMe, bf16, gradient_clipping 1.0, --save and
+// --export) by sampling /proc/PID/smaps every 20 ms (the mappings: the emulated device's arena,
+// the PinnedPools, the checkpoint's file, malloc's arenas and mmaps), with heaptrack for the
+// allocation sites, and again on the `tiny` preset and on configs/llama_offload_cpu.json. The
+// pageable tier's peak is not the sum of its terms: they come in phases (PlanPhase), and what a
+// phase allocates is freed before the next begins, so the tier is the whole-run terms plus the
+// largest phase:
+//   run        the process once the engine runs, beyond the RSS at `strata train`'s start: code
+//              and library pages touched later, ~20 thread stacks (~0.1 MiB touched each),
+//              OpenBLAS's GEMM buffer (1.5 MiB touched of its mapping), oneTBB's and malloc's
+//              small objects: 13-14 MiB on tiny and small alike (kProcessPageableBytes). And with
+//              a 16-bit compute dtype on the host-emulated device, the fp32 copy a GEMM makes of
+//              its 16-bit weight operand (nn/host/host_gemm.cc, a per-thread scratch that grows to
+//              the largest weight and stays: 3 MiB on small, heaptrack).
+//   initialize the initial values of one parameter at a time (fp32, the largest).
+//   steps      the speculative overlapped step's kept copies (engine/optim/step_overlap.h: before
+//              a sub-group is updated during the boundary backward its master and moments, and
+//              its compute-dtype copy unless the parameters are on NVMe, are kept in case
+//              clipping or an overflow changes the step; at most copy_limit_bytes, 1 GiB). Planned
+//              for every offloaded element: how many sub-groups are updated before backward ends
+//              depends on the machine (2 of the 4 swap chunks here, 91 MiB of the planned 219),
+//              and when clipping triggers only every StepOverlap::kRetryAfter-th step tries.
+//   save       with the optimizer state not host-addressable (NVMe), Engine::SaveCheckpoint's
+//              streaming buffer of one swap chunk's master + moments (12 B an element; the
+//              state's own staging of that chunk is charged to the pinned tier).
+//   export     from a saved checkpoint: the rank's shard mapped and verified (master + moments,
+//              12 B per partition element, file pages), one safetensors shard's bytes in memory
+//              (the whole model at the exported dtype up to 5 GB: WriteSafetensorsCheckpoint) and
+//              one parameter's fp32 values; from the engine, the shard's bytes and the values.
+// glibc raises its mmap threshold to the largest block freed (up to 32 MiB) and then keeps such
+// blocks in its arenas (27-54 MiB here, the kept copies' last chunk), so the phases overlapped;
+// `strata train` fixes the threshold (KeepLargeBlocksMapped in engine/plan/run_memory.h) so
+// large blocks are returned when freed. The aio bounce buffers (queue_depth x block_size per
+// thread) are mapped only for a request that is not O_DIRECT-aligned, which the engine never
+// issues (its buffers come from PinnedPools, its extents are 4 KiB aligned): none was touched,
+// so they are not a term.
+// Figures (peak / planned, MiB, pageable = RSS growth less the device and pinned peaks): the main
+// job 273 / 276; `tiny` on the same config 25 / 26; configs/llama_offload_cpu.json on `small`
+// 272 / 276 (docs/infinity.md, "The pageable tier is planned").
 
 namespace {
 
 constexpr uint64_t kKeptCopyLimit = uint64_t{1} << 30;  // StepOverlapOptions::copy_limit_bytes
+constexpr uint64_t kExportShardLimit = 5'000'000'000;   // the safetensors shard size exported
 
-void Add(MemoryPlan* plan, std::string what, uint64_t bytes) {
-  if (bytes == 0) return;
-  plan->items.push_back({std::move(what), PlanTier::kPageableCpu, bytes});
-  plan->tier_bytes[static_cast<size_t>(PlanTier::kPageableCpu)] += bytes;
+void Add(MemoryPlan* plan, PlanPhase phase, std::string what, uint64_t bytes) {
+  AddPlanItem(plan, {std::move(what), PlanTier::kPageableCpu, bytes, phase});
 }
 
 }  // namespace
 
-void AddPageableItems(const ModelShape& /*model*/, const Config& config, const PageableInputs& in,
+void AddPageableItems(const ModelShape& model, const Config& config, const PageableInputs& in,
                       MemoryPlan* plan) {
   const ZeroConfig& z = config.zero;
+  Add(plan, PlanPhase::kRun,
+      "the process: code pages, thread stacks, OpenBLAS's buffer, small objects (measured)",
+      kProcessPageableBytes);
+  if (config.strata.device != DeviceChoice::kCuda && in.compute_bytes == 2) {
+    Add(plan, PlanPhase::kRun,
+        "host GEMM: fp32 copy of a 16-bit weight operand (the largest parameter)",
+        model.LargestParameter() * 4);
+  }
+  Add(plan, PlanPhase::kInitialize, "parameter initialisation (largest parameter, fp32)",
+      model.LargestParameter() * 4);
   // engine_overlap.cc: the overlapped step runs at stages 2-3 with the optimizer on the host; it
   // is speculative under clipping, fp16 or bf16's overflow check.
   const bool overlap = config.strata.overlap_step && z.stage >= 2 &&
@@ -47,11 +83,32 @@ void AddPageableItems(const ModelShape& /*model*/, const Config& config, const P
                        z.offload_optimizer.device == OffloadDevice::kNvme;
   const uint64_t kept_copy_bytes = no_copy ? 0 : in.compute_bytes;
   if (overlap && speculative) {
-    Add(plan,
-        "speculative overlapped step: kept master + moments + compute copy of the sub-groups "
-        "updated during backward (strata.overlap_step under clipping / fp16; at most 1 GiB)",
+    Add(plan, PlanPhase::kSteps,
+        "speculative overlapped step: kept master + moments" +
+            std::string(no_copy ? "" : " + compute copy") +
+            " of the sub-groups updated during backward (strata.overlap_step under clipping / "
+            "fp16; at most 1 GiB)",
         std::min(kKeptCopyLimit, in.offloaded_numel * (12 + kept_copy_bytes)));
   }
+}
+
+void AddSaveExportItems(const Config& config, const SaveExportInputs& in, MemoryPlan* plan) {
+  if (in.save && config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    Add(plan, PlanPhase::kSave,
+        "checkpoint save: one swap chunk's master + moments streamed to the shard file",
+        12 * in.largest_chunk);
+  }
+  if (!in.export_from_checkpoint && !in.export_from_engine) return;
+  if (in.export_from_checkpoint) {
+    Add(plan, PlanPhase::kExport,
+        "export from the checkpoint: its master + moments shard mapped and verified (file pages)",
+        12 * in.partition_numel);
+  }
+  Add(plan, PlanPhase::kExport,
+      "export: one safetensors shard's bytes (the model at the exported dtype, up to 5 GB)",
+      std::min(kExportShardLimit, in.num_params * in.export_bytes));
+  Add(plan, PlanPhase::kExport, "export: one parameter's fp32 values (the largest)",
+      in.largest_param * 4);
 }
 
 }  // namespace strata

@@ -1,5 +1,7 @@
 #include "engine/plan/run_memory.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -26,6 +28,11 @@ MemoryBaseline MemoryBaseline::Take() {
     std::fclose(f);
   }
   return MemoryBaseline{CurrentRssBytes()};
+}
+
+void KeepLargeBlocksMapped() {
+  // Setting the threshold at all turns the dynamic adjustment off (mallopt(3)).
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
 uint64_t CurrentRssBytes() { return ProcStatusBytes("VmRSS"); }

@@ -30,6 +30,13 @@ struct MemoryBaseline {
 uint64_t CurrentRssBytes();
 uint64_t PeakRssBytes();
 
+// Fixes malloc's mmap threshold at glibc's default (128 KiB) so that its dynamic raise (to the
+// largest block freed, up to 32 MiB) is off: a large buffer a phase of the run frees goes back to
+// the system instead of staying in malloc's arenas, so the pageable tier holds what the plan's
+// phases say (Note [Pageable terms] in engine/plan/pageable_plan.cc). For a program's main,
+// before anything large is allocated.
+void KeepLargeBlocksMapped();
+
 // Measured per-tier peaks of a run (see the header comment for what each is).
 TierBytes MeasuredPeaks(const Device& device, const TierBudget& budget,
                         const MemoryBaseline& baseline);

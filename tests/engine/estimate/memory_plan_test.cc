@@ -255,6 +255,26 @@ TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
   EXPECT_EQ(a.bytes(PlanTier::kPageableCpu), b.bytes(PlanTier::kPageableCpu)) << FormatPlanItems(a);
 }
 
+// Items held in one phase of the run (the steps, a save, an export) do not add up across
+// phases: a tier holds its whole-run items plus its largest phase.
+TEST(MemoryPlanTest, PhasesCountTheLargestPhaseNotTheSum) {
+  MemoryPlan p;
+  AddPlanItem(&p, {"run a", PlanTier::kPageableCpu, 10, PlanPhase::kRun});
+  AddPlanItem(&p, {"run b", PlanTier::kPageableCpu, 5, PlanPhase::kRun});
+  AddPlanItem(&p, {"steps", PlanTier::kPageableCpu, 100, PlanPhase::kSteps});
+  EXPECT_EQ(p.bytes(PlanTier::kPageableCpu), 115u);
+  AddPlanItem(&p, {"export a", PlanTier::kPageableCpu, 70, PlanPhase::kExport});
+  EXPECT_EQ(p.bytes(PlanTier::kPageableCpu), 115u);  // 70 < 100
+  AddPlanItem(&p, {"export b", PlanTier::kPageableCpu, 50, PlanPhase::kExport});
+  EXPECT_EQ(p.bytes(PlanTier::kPageableCpu), 135u);  // 10 + 5 + (70 + 50)
+  AddPlanItem(&p, {"device", PlanTier::kDevice, 7});
+  AddPlanItem(&p, {"nothing", PlanTier::kDevice, 0});
+  EXPECT_EQ(p.bytes(PlanTier::kDevice), 7u);
+  EXPECT_EQ(p.items.size(), 6u);
+  EXPECT_THAT(FormatPlanItems(p), HasSubstr("[export] export a"));
+  EXPECT_THAT(FormatPlanItems(p), ::testing::Not(HasSubstr("[run]")));
+}
+
 TEST(MemoryPlanTest, RefusesBadWorldAndEmptyModels) {
   const Config config = MakeConfig("\"stage\": 0", "fp32", 1);
   PlanOptions po;

@@ -209,15 +209,18 @@ uint64_t HostShardNumel(const PartitionLayout& layout, size_t split) {
 uint64_t TierOf(const MemoryPlan& p, PlanTier t) { return p.tier_bytes[static_cast<size_t>(t)]; }
 
 // Both CPU tiers of the plan (pin_memory false puts the pinned buffers in pageable).
-// The CPU bytes the engine's own tiers hold (EngineStats::cpu_bytes): pinned + pageable, less the
-// speculative overlapped step's kept copies, which the pageable plan counts (stages 2-3, malloc'd
-// by the step as it runs) but no engine tier allocates.
+// The CPU bytes the engine's own tiers hold (EngineStats::cpu_bytes): the whole-run items of both
+// CPU tiers; the items held in one phase of the run (the speculative overlapped step's kept
+// copies, Initialize's values, malloc'd as they are needed) no engine tier allocates.
 uint64_t PlanCpuBytes(const MemoryPlan& p) {
-  uint64_t kept = 0;
+  uint64_t b = 0;
   for (const PlanItem& i : p.items) {
-    if (i.what.rfind("speculative overlapped step", 0) == 0) kept += i.bytes;
+    if (i.phase == PlanPhase::kRun &&
+        (i.tier == PlanTier::kPinnedCpu || i.tier == PlanTier::kPageableCpu)) {
+      b += i.bytes;
+    }
   }
-  return TierOf(p, PlanTier::kPinnedCpu) + TierOf(p, PlanTier::kPageableCpu) - kept;
+  return b;
 }
 uint64_t Round256(uint64_t b) { return (b + 255) / 256 * 256; }
 

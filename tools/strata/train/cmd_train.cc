@@ -252,12 +252,10 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
   {
     // strata.cpu_memory: the "auto" sizing keys chosen within it (the engine keeps the choice);
     // the pinned tier is held to what the plan's pageable part leaves of it.
-    const uint64_t mapped =
-        !o.ckpt.save.empty() && !o.ckpt.export_dir.empty()
-            ? ExportMappedBytes(static_cast<uint64_t>(r->model_config.NumParameters()), r->world)
-            : 0;
-    STRATA_ASSIGN_OR_RETURN(BudgetPlan b, PlanTrainRunWithinBudget(r->model_config, c, r->world,
-                                                                   r->rank, o.seq_len, mapped));
+    STRATA_ASSIGN_OR_RETURN(
+        BudgetPlan b, PlanTrainRunWithinBudget(r->model_config, c, r->world, r->rank, o.seq_len,
+                                               {.save = !o.ckpt.save.empty(),
+                                                .export_weights = !o.ckpt.export_dir.empty()}));
     r->config = std::move(b.config);
     r->plan = std::move(b.plan);
     const uint64_t cpu = r->config.strata.cpu_memory_bytes;
@@ -393,6 +391,7 @@ int RunTrain(const std::vector<std::string>& args) {
 
   InstallPreemptionHandlers();
   Run r;
+  KeepLargeBlocksMapped();
   r.mem_base = MemoryBaseline::Take();
   int code = 1;
   if (Status s = Setup(o, &r, &code); !s.ok()) return Fail(code, s.message());

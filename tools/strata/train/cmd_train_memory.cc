@@ -6,7 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/units.h"
+#include "engine/base/partition.h"
+#include "engine/optim/swap_chunks.h"
+#include "engine/plan/pageable_plan.h"
 #include "models/llama/llama_footprint.h"
 
 namespace strata::cli {
@@ -29,34 +33,54 @@ Result<MemoryPlan> PlanTrainRun(const llama::LlamaConfig& model, const Config& c
   return PlanEngineMemory(TrainShape(model, config, seq_len), config, po);
 }
 
-uint64_t ExportMappedBytes(uint64_t num_params, int world) {
-  const uint64_t w = static_cast<uint64_t>(std::max(world, 1));
-  return 12 * ((num_params + w - 1) / w);
+namespace {
+
+// The save's and export's items for `config` (its swap chunks) on `model`.
+SaveExportInputs SaveExportOf(const llama::LlamaConfig& model, const Config& config,
+                              const ModelShape& shape, int world, int rank, TrainOutputs outputs) {
+  SaveExportInputs in;
+  in.num_params = shape.NumParameters();
+  in.largest_param = shape.LargestParameter();
+  in.export_bytes = DTypeBytes(model.torch_dtype);
+  in.save = outputs.save;
+  in.export_from_checkpoint = outputs.save && outputs.export_weights;
+  in.export_from_engine = !outputs.save && outputs.export_weights;
+  const int part_world = config.zero.stage >= 1 ? world : 1;
+  std::vector<size_t> numels(shape.param_numels.begin(), shape.param_numels.end());
+  Result<PartitionLayout> layout = PartitionLayout::Create(
+      numels, part_world, config.zero.stage >= 1 ? rank : 0, /*align_numel=*/64);  // engine.cc's
+  if (layout.ok()) {
+    in.partition_numel = layout->partition_numel();
+    for (const SubGroup& g : OptimizerSubGroups(*layout, config)) {
+      in.largest_chunk = std::max<uint64_t>(in.largest_chunk, g.flat_end - g.flat_begin);
+    }
+  }
+  return in;
 }
+
+}  // namespace
 
 Result<BudgetPlan> PlanTrainRunWithinBudget(const llama::LlamaConfig& model, const Config& config,
                                             int world, int rank, int64_t seq_len,
-                                            uint64_t export_mapped_bytes) {
+                                            TrainOutputs outputs) {
   const uint64_t budget = config.strata.sizes_within_budget ? 0 : config.strata.cpu_memory_bytes;
-  // The export's mapped checkpoint comes out of the budget first.
-  const uint64_t for_steps =
-      budget == 0 ? 0 : (budget > export_mapped_bytes ? budget - export_mapped_bytes : 1);
+  const ModelShape shape = TrainShape(model, config, seq_len);
+  // The save's and export's bytes come out of the budget first (at the config as written: the
+  // swap chunk is not a key the search chooses).
+  MemoryPlan after;
+  AddSaveExportItems(config, SaveExportOf(model, config, shape, world, rank, outputs), &after);
+  const uint64_t after_bytes = after.bytes(PlanTier::kPageableCpu);
+  const uint64_t for_steps = budget == 0 ? 0 : (budget > after_bytes ? budget - after_bytes : 1);
   STRATA_ASSIGN_OR_RETURN(
-      BudgetPlan b,
-      SearchWithinCpuBudget(TrainShape(model, config, seq_len), config,
-                            {.world = world, .rank = rank}, for_steps, config.zero.auto_sizes));
-  if (export_mapped_bytes > 0) {
-    // After the steps; added to them since the allocator may still hold the step's freed
-    // buffers (Note [Pageable terms] in engine/plan/pageable_plan.cc).
-    for (MemoryPlan* p : {&b.plan, &b.minimum}) {
-      p->items.push_back(
-          {"export from the checkpoint: its master + moments shard mapped and "
-           "verified (file pages)",
-           PlanTier::kPageableCpu, export_mapped_bytes});
-      p->tier_bytes[static_cast<size_t>(PlanTier::kPageableCpu)] += export_mapped_bytes;
-    }
-    b.minimum_cpu_bytes += export_mapped_bytes;
-  }
+      BudgetPlan b, SearchWithinCpuBudget(shape, config, {.world = world, .rank = rank}, for_steps,
+                                          config.zero.auto_sizes));
+  // Held after the steps, in phases of their own (Note [Pageable terms] in
+  // engine/plan/pageable_plan.cc).
+  const SaveExportInputs in = SaveExportOf(model, b.config, shape, world, rank, outputs);
+  AddSaveExportItems(b.config, in, &b.plan);
+  AddSaveExportItems(b.config, in, &b.minimum);
+  // The budget that lets the search find the minimum: the reservation above included.
+  b.minimum_cpu_bytes += after_bytes;
   if (!b.fits) {
     const Status s = CpuBudgetRefusal(b, budget);
     const std::string& m = s.message();

@@ -23,20 +23,22 @@ namespace strata::cli {
 Result<MemoryPlan> PlanTrainRun(const llama::LlamaConfig& model, const Config& config, int world,
                                 int rank, int64_t seq_len, bool activation_checkpointing = false);
 
+// What the run writes after its steps: a checkpoint (--save) and an export (--export, from the
+// saved checkpoint when there is one, else from the engine's state).
+struct TrainOutputs {
+  bool save = false;
+  bool export_weights = false;
+};
+
 // The same plan within strata.cpu_memory: the "auto" sizing keys chosen (engine/plan/cpu_budget.h)
 // and the config flagged so the engine keeps them. Without a budget, PlanTrainRun's plan.
 // OutOfMemory naming strata.cpu_memory and the minimum when the minimum pipeline does not fit:
-// its per-tier table goes to stderr, the status keeps the first line.
-// `export_mapped_bytes`: when the run exports from the checkpoint it saved (--save and --export),
-// the bytes of the checkpoint shard the export maps and verifies (ExportMappedBytes), planned as
-// a pageable item of its own.
+// its per-tier table goes to stderr, the status keeps the first line. The save's and export's
+// pageable items (engine/plan/pageable_plan.h, phases of their own) are added to the plans; the
+// search reserves their bytes out of the budget first.
 Result<BudgetPlan> PlanTrainRunWithinBudget(const llama::LlamaConfig& model, const Config& config,
                                             int world, int rank, int64_t seq_len,
-                                            uint64_t export_mapped_bytes = 0);
-
-// The rank's checkpoint shard of fp32 master + moments (12 B per partition element), which the
-// export from a checkpoint maps whole and verifies.
-uint64_t ExportMappedBytes(uint64_t num_params, int world);
+                                            TrainOutputs outputs = {});
 
 // "memory plan (ZeRO-2, ...), per rank:" + the table (planned and capacity).
 std::string TrainMemoryStartText(const MemoryPlan& plan, const TierBytes& capacities);
