@@ -43,9 +43,10 @@ namespace strata {
 // thread) are mapped only for a request that is not O_DIRECT-aligned, which the engine never
 // issues (its buffers come from PinnedPools, its extents are 4 KiB aligned): none was touched,
 // so they are not a term.
-// Figures (peak / planned, MiB, pageable = RSS growth less the device and pinned peaks): the main
-// job 273 / 276; `tiny` on the same config 25 / 26; configs/llama_offload_cpu.json on `small`
-// 272 / 276 (docs/infinity.md, "The pageable tier is planned").
+// Figures (peak / planned, MiB; the peak as engine/plan/run_memory.h measures it): the main job
+// 273 / 276; `tiny` on the same config 25 / 26; configs/llama_offload_cpu.json on `small` 273 /
+// 276, and 269 / 273 without --save / --export; but the main config without them 117 / 236, the
+// kept copies' bound not reached (docs/infinity.md, "The pageable tier is planned").
 
 namespace {
 

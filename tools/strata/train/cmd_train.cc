@@ -107,6 +107,9 @@ struct Run {
   std::unique_ptr<PreemptionAgreement> stop;
   int stop_signal = 0;  // the SIGTERM / SIGINT that ended the run early (0: none)
   int64_t stop_step = 0;
+  // The pageable tier sampled from the device's creation on (engine/plan/run_memory.h); last, so
+  // it stops before the device and the budget go.
+  std::unique_ptr<PageableSampler> mem_sampler;
 };
 
 Status OpenTokenData(const Options& o, Run* r);
@@ -204,6 +207,7 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
   // device until the engine reads its optimizer state through OptimizerState::Read/Write.
   if (c.strata.device == DeviceChoice::kCuda) dev.kind = DeviceKind::kCuda;
   STRATA_ASSIGN_OR_RETURN(r->device, CreateDevice(dev));
+  r->mem_sampler = std::make_unique<PageableSampler>(*r->device, r->budget, r->mem_base);
   CommOptions co;
   co.device_kind = dev.kind;
   co.backend = c.strata.comm_backend;
@@ -476,7 +480,7 @@ int RunTrain(const std::vector<std::string>& args) {
     j["tokens_per_s"] = tok_s;
     j["steps"] = s.global_steps;
     j["skipped_steps"] = s.skipped_steps;
-    AddMemoryJson(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base), &j);
+    AddMemoryJson(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base, r.mem_sampler.get()), &j);
     j["config"] = {{"stage", c.zero.stage}, {"offload_optimizer", offload}, {"dtype", dtype}};
     j["last_step_breakdown"] = nlohmann::json::parse(r.engine->last_breakdown().ToJson());
     if (r.stop_signal != 0) j["stopped_by_signal"] = r.stop_signal;
@@ -489,8 +493,9 @@ int RunTrain(const std::vector<std::string>& args) {
       static_cast<long long>(s.global_steps), static_cast<long long>(s.skipped_steps),
       t.losses.front(), t.losses.back(), tok_s, t.seconds, Mib(peak_device).c_str(),
       Mib(t.peak_cpu).c_str());
-  std::printf("%s",
-              TrainMemoryEndText(r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base)).c_str());
+  std::printf("%s", TrainMemoryEndText(
+                        r.plan, MeasuredPeaks(*r.device, r.budget, r.mem_base, r.mem_sampler.get()))
+                        .c_str());
   return exit_code;
 }
 
