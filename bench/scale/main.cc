@@ -137,7 +137,8 @@ int Run(Args a) {
     o.param_buffer_size =
         std::max(mc.vocab_size * mc.hidden_size, mc.intermediate_size * mc.hidden_size);
   }
-  if (a.child_layers > 0) {  // one size, this process (the parent reads the last line)
+  if (a.child_layers > 0) {   // one size, this process (the parent reads the last line)
+    KeepLargeBlocksMapped();  // as `strata train` runs the engine (engine/plan/run_memory.h)
     tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                             static_cast<size_t>(o.threads));
     std::printf("%s\n", RunScaleSize(o, ScaleModel(a.child_layers, a.quick), o.dir).dump().c_str());
