@@ -178,6 +178,13 @@ void NvmeOptimizerState::StartRead(int i, size_t k) {
   s.state = Slot::State::kReading;
   s.seq = ++io_seq_;
   async_stats_.bytes_read += swapper_->state_bytes(idx);
+  if (tracer_ != nullptr && tracer_->enabled()) {  // which state, in the order the reads go out
+    const double now = tracer_->NowUs();
+    const TraceArg args[] = {{"sub_group", static_cast<double>(i)},
+                             {"bytes", static_cast<double>(swapper_->state_bytes(idx))}};
+    tracer_->Complete(tracer_->Track("optimizer state reads"), "state read", "optimizer", now, now,
+                      args);
+  }
 }
 
 // Note [Write-back]

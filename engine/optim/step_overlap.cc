@@ -171,6 +171,7 @@ void StepOverlap::ResetStepLocked() {
   processed_ = pushed_ = 0;
   error_ = Status::Ok();
   adam_ms_ = 0;
+  in_order_ = false;
   step_started_ = true;
 }
 
@@ -356,10 +357,18 @@ std::vector<int> StepOverlap::WantedLocked(int first) const {
   for (size_t g : ready_) {
     if (static_cast<int>(g) != first) w.push_back(static_cast<int>(g));
   }
-  for (size_t g = eligible_.size(); g-- > 0;) {
-    if (!eligible_[g] || done_[g] || static_cast<int>(g) == first) continue;
-    if (std::find(ready_.begin(), ready_.end(), g) != ready_.end()) continue;
-    w.push_back(static_cast<int>(g));
+  const auto rest = [&](size_t g) {
+    return eligible_[g] && !done_[g] && static_cast<int>(g) != first &&
+           std::find(ready_.begin(), ready_.end(), g) == ready_.end();
+  };
+  const auto deferred_last = [&](size_t g) {
+    return g < deferred_last_.size() && deferred_last_[g] != 0;
+  };
+  for (size_t g = eligible_.size(); g-- > 0;) {  // the backward's order
+    if (rest(g) && !deferred_last(g)) w.push_back(static_cast<int>(g));
+  }
+  for (size_t g = 0; g < eligible_.size(); ++g) {  // Note [Deferred reads in order]
+    if (rest(g) && deferred_last(g)) w.push_back(static_cast<int>(g));
   }
   return w;
 }
@@ -378,7 +387,7 @@ void StepOverlap::WorkerLoop() {
     if (!ready_.empty() && CanUpdateLocked()) {
       // Note [Ready and resident first]
       auto pick = ready_.begin();
-      if (nvme != nullptr) {
+      if (nvme != nullptr && !in_order_) {  // deferring: in order (Note [Deferred reads in order])
         auto there = std::find_if(ready_.begin(), ready_.end(),
                                   [&](size_t r) { return nvme->Resident(static_cast<int>(r)); });
         if (there != ready_.end()) pick = there;

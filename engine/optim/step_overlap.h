@@ -232,7 +232,8 @@ class StepOverlap final : public ParamFence {
   void Push(size_t g);  // the copy stream's host function: g's gradients are on the host
   Status UpdateOne(size_t g, const std::vector<int>& wanted);
   // The sub-groups the NVMe read-ahead wants, soonest first (mu_ held): `first` (if >= 0), the
-  // ready ones, then the rest not updated yet, last first.
+  // ready ones, then the rest not updated yet, last first, but those the last step deferred in
+  // flat order at the end (Note [Deferred reads in order] in step_overlap_defer.cc).
   std::vector<int> WantedLocked(int first) const;
   void ResetStepLocked();
   // Engine thread: writes the parameters of the sub-groups updated since the last call into
@@ -286,7 +287,11 @@ class StepOverlap final : public ParamFence {
   uint64_t processed_ = 0, pushed_ = 0;
   bool stop_ = false, busy_ = false;
   bool read_ahead_on_ = false;  // NVMe: the worker reads ahead while it has nothing ready
-  bool kick_ = false;           // something changed: the read-ahead looks again
+  // Deferring: the worker takes the ready sub-groups in order, not resident first; which
+  // sub-groups the last Defer left (Note [Deferred reads in order]).
+  bool in_order_ = false;
+  std::vector<char> deferred_last_;
+  bool kick_ = false;  // something changed: the read-ahead looks again
   Status error_;
   double adam_ms_ = 0;
 

@@ -26,6 +26,17 @@ namespace strata {
 // destructor), and the host gradients are zeroed only then. The updates are the serial step's:
 // the same kernel on the same inputs with the same grad_scale, step number and hyperparameters,
 // so the result is bitwise the same; only when they run changes.
+// Note [Deferred reads in order]
+// The next forward gathers the deferred sub-groups in flat order, the first one (the embedding's)
+// at once, so the first deferred sub-group's state is the one to read and update first. Two
+// things kept it last (bench/overlap's nvme size, traced with each state read: sub-groups 2 and 1
+// read during the backward, 0 only at Defer, then 1 and 2 updated before 0 while the forward
+// waited for 0): the backward's read-ahead takes the sub-groups not updated yet last first (the
+// order their gradients arrive), so of those left for Defer the first was read last; and the
+// worker took a ready sub-group already resident before one still being read. Now the
+// read-ahead puts the sub-groups the last Defer left (most steps leave the same ones) after the
+// others and in flat order (WantedLocked), and while deferring the worker takes the ready ones
+// in order. A sub-group whose gradients turn ready still goes first, as before.
 bool StepOverlap::CanDefer() const {
   if (o_.param_store == nullptr && o_.param_copy == nullptr) return false;
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
@@ -62,6 +73,9 @@ Status StepOverlap::Defer(const OverlapStepArgs& args, const std::vector<char>& 
         final_[g] = 0;
       }
     }
+    deferred_last_.assign(n, 0);
+    for (size_t g : ready_) deferred_last_[g] = 1;
+    in_order_ = true;
     processed_ = 0;
     pushed_ = ready_.size();
     deferred_total_ += static_cast<int64_t>(ready_.size());
@@ -146,6 +160,7 @@ Status StepOverlap::Settle(StepBreakdown* b) {
       lock.lock();
     }
     read_ahead_on_ = false;
+    in_order_ = false;
     done_cv_.wait(lock, [&] { return !busy_; });
   }
   Status last = RefreshFinal();

@@ -165,11 +165,51 @@ size_t ParamCoordinator::NextUse(size_t param, size_t pos) const {
   return it == u.end() ? trace_.size() : *it;
 }
 
+// Note [A bucket's reads together]
+// Each gather of a shard on NVMe waits for its read (ParamStore::Acquire), so gathering the
+// entries of a prefetch bucket one after another read their shards one at a time: the aio queue
+// held one shard's pieces (a 1 MiB projection of bench/overlap: one piece of a queue of eight)
+// while the rest waited for the engine's thread. The entries the bucket will take are therefore
+// found first, by the same rule on the live elements they will make, and every shard of theirs
+// not live yet is handed to ParamStore::Prefetch in one batch, in the order they will be gathered;
+// then the gathers run and each waits only for its own read, the others in flight meanwhile.
+// The gathers themselves, and so every collective and every result, are what they were.
+void ParamCoordinator::ReadBucket(size_t from, uint64_t bucket, uint64_t max_live) {
+  if (o_.store == nullptr || o_.store->tier() != Tier::kNvme) return;
+  std::vector<size_t>& batch = read_batch_;
+  batch.clear();
+  uint64_t ahead = ahead_numel_, live = g_->live_numel();
+  for (size_t k = from; k < trace_.size(); ++k) {
+    const Entry& e = trace_[k];
+    if (!IsPre(e.point) || e.numel == 0) continue;
+    if (ahead >= bucket) break;
+    const size_t first = batch.size();
+    uint64_t fresh = 0;
+    for (size_t i : e.params) {
+      if (g_->IsPersistent(i) || g_->IsLive(i)) continue;
+      if (std::find(batch.begin(), batch.end(), i) != batch.end()) continue;
+      fresh += o_.numel[i];
+      batch.push_back(i);
+    }
+    if (live + fresh > max_live) {
+      batch.resize(first);
+      break;
+    }
+    live += fresh;
+    ahead += e.numel;
+  }
+  // Best effort, as ReadAhead: a failed read is reported by the gather's Acquire.
+  if (!batch.empty() && o_.store->Prefetch(batch).ok()) {
+    for (size_t i : batch) stats_.read_ahead_bytes += o_.shard_bytes[i];
+  }
+}
+
 Status ParamCoordinator::PrefetchAhead() {
   if (o_.prefetch_bucket_numel <= 0) return Status::Ok();
   const uint64_t bucket = static_cast<uint64_t>(o_.prefetch_bucket_numel);
   const uint64_t max_live = static_cast<uint64_t>(std::max<int64_t>(o_.max_live_numel, 0));
   size_t k = std::max(next_prefetch_, pos_);
+  ReadBucket(k, bucket, max_live);  // Note [A bucket's reads together]
   for (; k < trace_.size(); ++k) {
     const Entry& e = trace_[k];
     if (!IsPre(e.point) || e.numel == 0) continue;
@@ -204,9 +244,22 @@ Status ParamCoordinator::PrefetchAhead() {
 // pass still needs, and a deeper queue absorbs the compute's jitter. Measured with
 // bench/generate on an idle machine (batch 1, 212 MiB of weights from NVMe, alternated runs):
 // 0.090 / 0.081 s a token eager, 0.096 / 0.096 s just in time.
+//
+// Note [A full queue ahead]
+// Just in time by the module durations was still one read at a time: the deadline it aims at is
+// when a module runs, but PrefetchAhead gathers a module a bucket earlier, and that gather waits
+// for the read; the estimate often asked for no read before the next hook, so that hook's
+// PrefetchAhead read its one new entry synchronously, the aio queue holding one shard's pieces
+// (bench/overlap --sizes nvme --param-buffer-size 4200000: most of a forward's shards read in a
+// batch of their own, one to three 1 MiB pieces of a queue of eight). So the entries after the
+// gathered ones are also read while the shard bytes read ahead and not yet gathered are fewer than
+// the aio queue holds (min_read_ahead_bytes: queue_depth x block_size x threads): when a gather
+// waits for its read, the reads behind it keep the queue full. The cap above bounds all of it, the
+// reads issued earlier in the pass included (it counted only each call's new ones before).
 void ParamCoordinator::ReadAhead() {
   if (o_.store == nullptr || o_.store->tier() != Tier::kNvme) return;
-  std::vector<size_t> batch;
+  std::vector<size_t>& batch = read_batch_;
+  batch.clear();
   double until_ms = 0, read_ms = 0;
   uint64_t ahead_bytes = 0;
   const uint64_t cap =
@@ -222,19 +275,22 @@ void ParamCoordinator::ReadAhead() {
       if (!g_->IsPersistent(i) && !g_->IsLive(i)) bytes += o_.shard_bytes[i];
     }
     read_ms += static_cast<double>(bytes) / read_bytes_per_ms_;
+    // Note [A full queue ahead]: the reads not yet gathered fill the aio queue at least.
+    const bool fill_queue = ahead_bytes < o_.min_read_ahead_bytes;
     const bool needed_now =
-        o_.eager_read_ahead || k < next_prefetch_ || read_ms + spare_ms >= until_ms;
+        o_.eager_read_ahead || k < next_prefetch_ || fill_queue || read_ms + spare_ms >= until_ms;
     if (!needed_now || ahead_bytes + bytes > cap) break;
+    ahead_bytes += bytes;          // read ahead, issued now or before (the cap is on all of it)
     if (k < next_read_) continue;  // issued already in this pass
     for (size_t i : e.params) {
-      if (!g_->IsPersistent(i) && !g_->IsLive(i)) batch.push_back(i);
+      // In the order of use (the aio queue is first in, first out: the backward's reads are
+      // its parameters from the last down), each once.
+      if (g_->IsPersistent(i) || g_->IsLive(i)) continue;
+      if (std::find(batch.begin(), batch.end(), i) == batch.end()) batch.push_back(i);
     }
-    ahead_bytes += bytes;
   }
   next_read_ = std::max(next_read_, k);
   if (batch.empty()) return;
-  std::sort(batch.begin(), batch.end());
-  batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
   // A failed read-ahead is not an error here: the gather's Acquire reads again and reports it.
   if (o_.store->Prefetch(batch).ok()) {
     for (size_t i : batch) stats_.read_ahead_bytes += o_.shard_bytes[i];

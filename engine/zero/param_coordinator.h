@@ -67,6 +67,9 @@ struct ParamCoordinatorOptions {
   // Forward-only passes (ZeRO-Inference): NVMe reads are issued as far ahead as
   // stage3_max_live_parameters allows, not just in time (Note [Read-ahead]).
   bool eager_read_ahead = false;
+  // NVMe: the shard bytes the read-ahead keeps issued ahead of the gathers at least, the aio
+  // queue's (queue_depth x block_size x threads; Note [A full queue ahead]). 0: none.
+  uint64_t min_read_ahead_bytes = 0;
 };
 
 struct CoordinatorStats {
@@ -113,6 +116,9 @@ class ParamCoordinator {
   Status CheckAcrossRanks();
   void Finalize();  // trace recorded: cumulative counts and per-parameter uses
   Status PrefetchAhead();
+  // Hands the NVMe reads of the entries PrefetchAhead is about to gather (from entry `from`) to
+  // the store in one batch (Note [A bucket's reads together] in param_coordinator.cc).
+  void ReadBucket(size_t from, uint64_t bucket, uint64_t max_live);
   void ReadAhead();
   // The next pre entry after `pos` using `param` (trace_.size() if none).
   size_t NextUse(size_t param, size_t pos) const;
@@ -136,6 +142,7 @@ class ParamCoordinator {
   std::vector<uint8_t> prefetched_;        // per entry: its parameters are held ahead
   uint64_t ahead_numel_ = 0;               // elements of entries held ahead
   std::vector<uint8_t> kept_;              // per parameter: held by the reuse distance
+  std::vector<size_t> read_batch_;         // ReadBucket's / ReadAhead's: no allocation a hook
   // Running estimates for the read-ahead: host milliseconds per trace entry, read bytes/ms.
   std::vector<double> entry_ms_;
   double last_hook_ms_ = -1;

@@ -60,6 +60,12 @@ Result<std::unique_ptr<ZeroHooks>> ZeroHooks::Create(nn::Module& root, const Zer
     co.max_live_numel = o.max_live_numel;
     co.max_reuse_distance_numel = o.max_reuse_distance_numel;
     co.eager_read_ahead = o.forward_only;
+    if (o.store != nullptr && o.store->tier() == Tier::kNvme) {
+      const ParamStoreOptions& so = o.store->options();
+      const AioOptions& a = so.aio != nullptr ? so.aio->options() : so.aio_options;
+      co.min_read_ahead_bytes = static_cast<uint64_t>(a.queue_depth) * a.block_size *
+                                static_cast<uint64_t>(a.thread_count);
+    }
     h->coord_ = std::make_unique<ParamCoordinator>(co, static_cast<Gatherer*>(h.get()));
     Result<Stream> g = o.device->CreateStream();
     if (!g.ok()) return g.status().WithContext("zero hooks: the gather stream");

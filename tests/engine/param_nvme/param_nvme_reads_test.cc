@@ -1,0 +1,115 @@
+// Reads in flight (issue #40): with its parameter shards on NVMe (max_in_cpu 0), a stage-3
+// forward keeps the configured aio queue depth busy. The tiny Llama's shards are at most three
+// 64 KiB pieces each, so one shard read at a time never fills a queue of eight; a decoder layer
+// (the prefetch bucket) is twelve and more. The Chrome trace's aio spans on the parameter swap
+// file say how many read pieces were in flight at once (max_reads_in_flight, Note [Reads in
+// flight] in aio/aio_worker.cc): during a forward that reads every shard, the most is the queue
+// depth.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/engine/trace/trace_json.h"
+#include "tests/engine/train/engine_fixture.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
+
+namespace strata {
+namespace {
+
+using ::strata::testing::IsOk;
+using ::strata::testing::ScratchDir;
+
+constexpr int kQueueDepth = 8;
+constexpr int kBlockBytes = 64 << 10;
+
+// Stage 3, every shard on NVMe; the swap buffers hold the whole model (the backward finds the
+// forward's shards still there, so every read after the forward begins is the forward's); a
+// prefetch bucket of about one decoder layer (196608 elements: 768 KiB, more than the queue's
+// 8 x 64 KiB).
+std::string Zero(const ScratchDir& dir) {
+  return "\"stage\": 3, \"sub_group_size\": 100000, \"reduce_bucket_size\": 200000, "
+         "\"stage3_param_persistence_threshold\": 200, \"stage3_prefetch_bucket_size\": 200000, "
+         "\"stage3_max_live_parameters\": 400000, "
+         "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}, "
+         "\"offload_param\": {\"device\": \"nvme\", \"pin_memory\": false, \"nvme_path\": \"" +
+         dir.File("param_swap") +
+         "\", \"buffer_count\": 2, \"buffer_size\": 1000000, \"max_in_cpu\": 0}";
+}
+
+TEST(ParamNvmeReadsTest, ForwardKeepsTheReadQueueFull) {
+  ScratchDir dir;
+  const std::string trace = dir.File("trace.json");
+  auto comm = testing::MakeLocalComm();
+  auto device = testing::MakeHostDevice();
+  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
+  const std::string extra = "\"strata\": {\"trace_path\": \"" + trace +
+                            "\"}, \"aio\": {\"queue_depth\": " + std::to_string(kQueueDepth) +
+                            ", \"block_size\": " + std::to_string(kBlockBytes) + "},";
+  Config config = testing::MakeConfig(2, 1, Zero(dir), extra);
+  EngineInit init;
+  init.init_param = testing::TestInit(3);
+  const testing::TokenData data = testing::RandomTokens(5, 3, 2, 16, 256);
+  {
+    auto engine = Engine::Initialize(*model, config, *comm, *device, init);
+    ASSERT_THAT(engine.status(), IsOk());
+    // Step 1 records the module order, step 2 replays it; the deferred updates and the shards'
+    // writes end before step 3, so its forward starts with the aio thread idle and reads every
+    // shard from NVMe.
+    testing::TrainAndGather(**engine, data, 2, 1);
+    ASSERT_THAT((*engine)->Synchronize(), IsOk());
+    testing::TrainAndGather(**engine, data, 1, 1, nullptr, 2);
+    ASSERT_THAT((*engine)->Synchronize(), IsOk());
+    ASSERT_THAT((*engine)->FlushTrace(), IsOk());
+  }
+  const testing::ParsedTrace t = testing::ParseTrace(trace);
+  std::vector<double> forwards;
+  for (const nlohmann::json& e : t.spans) {
+    if (e.at("name") == "forward") forwards.push_back(e.at("ts").get<double>());
+  }
+  ASSERT_EQ(forwards.size(), 3u);
+  const double begin = *std::max_element(forwards.begin(), forwards.end());
+  // The parameter file's read batches from step 3's forward on (the backward reads nothing: the
+  // buffers still hold the forward's shards). Batches of the persistent norms' 512-byte shards,
+  // read through the page cache at their first use after a step, hold no piece: left out.
+  std::vector<nlohmann::json> reads;
+  for (const nlohmann::json& e : t.spans) {
+    if (e.at("cat") != "aio" || e.at("ts").get<double>() + e.at("dur").get<double>() < begin) {
+      continue;
+    }
+    const nlohmann::json& a = e.at("args");
+    if (a.at("file").get<std::string>().find("param_swap") == std::string::npos) continue;
+    ASSERT_GE(e.at("ts").get<double>(), begin)
+        << "an aio span on the parameter file was open when the forward began: " << e.dump();
+    EXPECT_EQ(a.at("queue_depth").get<int>(), kQueueDepth) << e.dump();
+    if (a.at("bytes_read").get<double>() >= 4096) reads.push_back(e);
+  }
+  std::sort(reads.begin(), reads.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.at("ts").get<double>() < b.at("ts").get<double>();
+  });
+  int max_reads = 0;
+  double bytes_read = 0;
+  for (const nlohmann::json& e : reads) {
+    max_reads = std::max(max_reads, e.at("args").at("max_reads_in_flight").get<int>());
+    bytes_read += e.at("args").at("bytes_read").get<double>();
+  }
+  // Every shard but the persistent norms' read once: ~3.4 MB, far more than the queue holds.
+  EXPECT_GT(bytes_read, 3e6);
+  EXPECT_EQ(max_reads, kQueueDepth) << "the forward's parameter reads never filled the queue";
+  // The first gather (the embedding) reads alone: nothing is ahead of the pass's first module.
+  // The next batch is the first prefetch bucket, layer 0's seven shards (12 pieces): read
+  // together, not one gather after another (Note [A bucket's reads together] in
+  // engine/zero/param_coordinator.cc).
+  ASSERT_GE(reads.size(), 2u);
+  EXPECT_EQ(reads[1].at("args").at("max_reads_in_flight").get<int>(), kQueueDepth)
+      << "the first prefetch bucket was read " << reads[1].at("args").dump();
+  EXPECT_GT(reads[1].at("args").at("segments").get<int>(), 1) << reads[1].dump();
+}
+
+}  // namespace
+}  // namespace strata
