@@ -254,14 +254,15 @@ Status ParamCoordinator::PrefetchAhead() {
 // batch of their own, one to three 1 MiB pieces of a queue of eight). So the entries after the
 // gathered ones are also read while the shard bytes read ahead and not yet gathered are fewer than
 // the aio queue holds (min_read_ahead_bytes: queue_depth x block_size x threads): when a gather
-// waits for its read, the reads behind it keep the queue full. The cap above bounds all of it, the
-// reads issued earlier in the pass included (it counted only each call's new ones before).
+// waits for its read, the reads behind it keep the queue full. The cap is on each call's new
+// reads, as before.
 void ParamCoordinator::ReadAhead() {
   if (o_.store == nullptr || o_.store->tier() != Tier::kNvme) return;
   std::vector<size_t>& batch = read_batch_;
   batch.clear();
   double until_ms = 0, read_ms = 0;
-  uint64_t ahead_bytes = 0;
+  uint64_t ahead_bytes = 0;  // read ahead and not gathered: issued before or now
+  uint64_t new_bytes = 0;    // issued now (what the cap bounds)
   const uint64_t cap =
       static_cast<uint64_t>(std::max<int64_t>(o_.max_live_numel, 0)) * o_.dtype_bytes;
   const double spare_ms = pos_ > 0 && pos_ - 1 < entry_ms_.size() ? entry_ms_[pos_ - 1] : 0;
@@ -279,9 +280,10 @@ void ParamCoordinator::ReadAhead() {
     const bool fill_queue = ahead_bytes < o_.min_read_ahead_bytes;
     const bool needed_now =
         o_.eager_read_ahead || k < next_prefetch_ || fill_queue || read_ms + spare_ms >= until_ms;
-    if (!needed_now || ahead_bytes + bytes > cap) break;
-    ahead_bytes += bytes;          // read ahead, issued now or before (the cap is on all of it)
+    if (!needed_now || new_bytes + bytes > cap) break;
+    ahead_bytes += bytes;
     if (k < next_read_) continue;  // issued already in this pass
+    new_bytes += bytes;
     for (size_t i : e.params) {
       // In the order of use (the aio queue is first in, first out: the backward's reads are
       // its parameters from the last down), each once.

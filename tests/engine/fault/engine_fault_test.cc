@@ -148,13 +148,15 @@ class EngineFaultTest : public ::testing::TestWithParam<Placement> {
       Engine& e = *a->engine;
       for (int s = 0; s < kBefore; ++s) EXPECT_THAT(TrainStep(e, data_, s), IsOk());
       EXPECT_THAT(e.SaveCheckpoint(ckpt, "good"), IsOk());
+      const std::string swap = dir.File("opt/") + kOptimizerSwap;
+      // Before the step's first state read: the read-ahead may read sub-group 0 as early as the
+      // Backward (it was deferred last step: Note [Deferred reads in order] in
+      // engine/optim/step_overlap_defer.cc), and its checksums are verified by its update.
+      if (fault == Fault::kCorruptedBlock) FlipByte(swap, 8192);
       EXPECT_THAT(e.Forward(data_.Batch(kBefore)), IsOk());
       EXPECT_THAT(e.Backward(), IsOk());
-      const std::string swap = dir.File("opt/") + kOptimizerSwap;
       if (fault == Fault::kTruncatedFile) {
         EXPECT_EQ(::truncate(swap.c_str(), 4096), 0) << swap << ": " << std::strerror(errno);
-      } else if (fault == Fault::kCorruptedBlock) {
-        FlipByte(swap, 8192);
       }
       plan.armed->store(true);
       failed = e.Step();
@@ -231,12 +233,14 @@ TEST_P(EngineFaultTest, FullDiskFailsTheStepNamingFileAndOffsetAndTheCheckpointR
 TEST_P(EngineFaultTest, ShortReadOfATruncatedSwapFileFailsTheStepAndTheCheckpointResumes) {
   const Status s = FailAStepThenResume(Fault::kTruncatedFile);
   // The state read ahead from the Forward is updated and written back (left in flight) before
-  // the first read past the new end; a write that lands first extends the file again and leaves
-  // a hole, which the read's checksum catches instead of the short read.
+  // the first read past the new end; a write that lands first extends the file again: the read
+  // then finds a hole, which its checksum catches, or the end that write left (a short read at
+  // that offset, not at 4096: which writes land first depends on the order of the reads, Note
+  // [Deferred reads in order] in engine/optim/step_overlap_defer.cc).
   EXPECT_THAT(
       s, StatusIs(StatusCode::kDataLoss,
                   AllOf(HasSubstr("read sub-group"), HasSubstr(kOptimizerSwap), HasSubstr(" @ "),
-                        ::testing::AnyOf(HasSubstr("the file ends at offset 4096"),
+                        ::testing::AnyOf(HasSubstr("the file ends at offset"),
                                          HasSubstr("checksum mismatch")))));
 }
 

@@ -102,13 +102,25 @@ TEST(ParamNvmeReadsTest, ForwardKeepsTheReadQueueFull) {
   EXPECT_GT(bytes_read, 3e6);
   EXPECT_EQ(max_reads, kQueueDepth) << "the forward's parameter reads never filled the queue";
   // The first gather (the embedding) reads alone: nothing is ahead of the pass's first module.
-  // The next batch is the first prefetch bucket, layer 0's seven shards (12 pieces): read
-  // together, not one gather after another (Note [A bucket's reads together] in
-  // engine/zero/param_coordinator.cc).
-  ASSERT_GE(reads.size(), 2u);
-  EXPECT_EQ(reads[1].at("args").at("max_reads_in_flight").get<int>(), kQueueDepth)
-      << "the first prefetch bucket was read " << reads[1].at("args").dump();
-  EXPECT_GT(reads[1].at("args").at("segments").get<int>(), 1) << reads[1].dump();
+  // The first prefetch bucket follows, layer 0's seven shards (768 KiB, 12 pieces), read
+  // together (Note [A bucket's reads together] in engine/zero/param_coordinator.cc): the queue
+  // fills before all of them have been read. (Read one gather after another, they ran one to
+  // three pieces at a time and the queue first filled after the whole bucket.) A batch may split
+  // where the engine's thread was slower than the disk, so only the bytes before the queue first
+  // filled are bounded.
+  std::string seen;  // for the failure messages
+  for (const nlohmann::json& e : reads) seen += e.at("args").dump() + "\n";
+  constexpr double kFirstBucketBytes = 786432;
+  double before_full = 0;
+  bool filled = false;
+  for (size_t k = 1; k < reads.size() && !filled; ++k) {
+    filled = reads[k].at("args").at("max_reads_in_flight").get<int>() == kQueueDepth;
+    if (!filled) before_full += reads[k].at("args").at("bytes_read").get<double>();
+  }
+  EXPECT_TRUE(filled) << seen;
+  EXPECT_LT(before_full, kFirstBucketBytes)
+      << "the first prefetch bucket was read before the queue filled:\n"
+      << seen;
 }
 
 }  // namespace
