@@ -206,5 +206,65 @@ TEST(DeferredUpdatesStoreTest, APendingShardCannotBeRead) {
   }
 }
 
+// Counts the all_gathers issued through it.
+class GatherCounter final : public CommunicatorWrapper {
+ public:
+  explicit GatherCounter(Communicator* target) : CommunicatorWrapper(target) {}
+  Status AllGather(const Stream& stream, const void* send_shard, void* recv, size_t numel,
+                   DType dtype, Event* done) override {
+    ++gathers;
+    return CommunicatorWrapper::AllGather(stream, send_shard, recv, numel, dtype, done);
+  }
+  int64_t gathers = 0;
+};
+
+// Note [Persistent re-gathers in the same order on every rank] (engine/zero/zero3_hooks.cc): a
+// step whose updates are deferred issues no all_gather (each persistent parameter is re-gathered
+// at its next use, in the forward's order), whichever updates have finished by then: which have
+// is this rank's timing, and a collective issued by it would go in a different order on each
+// rank. Without deferral the step re-gathers the persistent parameters itself (the count is
+// seen), and the next forward's gathers are as many either way.
+TEST(DeferredUpdatesCollectivesTest, ADeferredStepIssuesNoAllGather) {
+  for (const bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred" : "not deferred");
+    auto local = testing::MakeLocalComm();
+    GatherCounter comm(local.get());
+    auto device = testing::MakeHostDevice();
+    auto model = testing::MakeTinyModel(device.get(), DType::kBFloat16);
+    const std::string zero =
+        "\"stage\": 3, \"sub_group_size\": 3000, \"reduce_bucket_size\": 2000, "
+        "\"stage3_param_persistence_threshold\": 200, \"offload_optimizer\": {\"device\": "
+        "\"cpu\", \"pin_memory\": false}, \"offload_param\": {\"device\": \"cpu\", "
+        "\"pin_memory\": false}";
+    const std::string extra = std::string("\"strata\": {\"overlap_step\": true") +
+                              (deferred ? "" : ", \"deferred_updates\": false") +
+                              "}, \"bf16\": {\"enabled\": true},";
+    Config config = testing::MakeConfig(2, 1, zero, extra, 1, kClipTriggers);
+    EngineInit init;
+    init.init_param = testing::TestInit(23);
+    auto engine = Engine::Initialize(*model, config, comm, *device, init);
+    ASSERT_THAT(engine.status(), IsOk());
+    Engine& e = **engine;
+    const testing::TokenData data = testing::RandomTokens(41, 8, 2, 16, 256);
+    int64_t persistent = 0;
+    for (const nn::Parameter* p : model->NamedParameters()) persistent += p->numel() <= 200;
+    ASSERT_GT(persistent, 0);
+    std::vector<int64_t> forward_gathers;
+    for (size_t s = 0; s < 3; ++s) {
+      const int64_t before_forward = comm.gathers;
+      ASSERT_THAT(e.Forward(data.Batch(s)), IsOk());
+      forward_gathers.push_back(comm.gathers - before_forward);
+      ASSERT_THAT(e.Backward(), IsOk());
+      const int64_t before_step = comm.gathers;
+      ASSERT_THAT(e.Step(), IsOk());
+      EXPECT_EQ(comm.gathers - before_step, deferred ? 0 : persistent) << "step " << s;
+    }
+    ASSERT_THAT(e.Synchronize(), IsOk());
+    // From the second forward on, the deferred run also gathers each persistent parameter once.
+    EXPECT_EQ(forward_gathers[2] - forward_gathers[0], deferred ? persistent : 0);
+    EXPECT_EQ(forward_gathers[1], forward_gathers[2]);
+  }
+}
+
 }  // namespace
 }  // namespace strata
