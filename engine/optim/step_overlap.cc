@@ -128,6 +128,8 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   if (args.speculative && rolled_back_ && ++serial_since_rollback_ < kRetryAfter) {
     return Status::Ok();
   }
+  // Note [No speculation over NVMe state with deferral]
+  if (args.speculative && o_.nvme_opt != nullptr && defer_leftovers_) return Status::Ok();
   serial_since_rollback_ = 0;
   if (!step_started_) {
     if (o_.nvme_opt != nullptr) {

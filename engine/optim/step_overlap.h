@@ -196,7 +196,8 @@ class StepOverlap final : public ParamFence {
   Status Settle(StepBreakdown* b);
   bool deferring() const { return deferring_; }
   // With deferral: Finish leaves the sub-groups still queued when the backward has ended to the
-  // step's Defer instead of waiting for their updates.
+  // step's Defer instead of waiting for their updates; with the state on NVMe, a speculative
+  // step is not armed at all (Note [No speculation over NVMe state with deferral]).
   void set_defer_leftovers(bool on) { defer_leftovers_ = on; }
   // Sub-groups handed to Defer (cumulative).
   int64_t deferred_sub_groups() const { return deferred_total_; }

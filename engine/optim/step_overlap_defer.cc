@@ -37,6 +37,20 @@ namespace strata {
 // read-ahead puts the sub-groups the last Defer left (most steps leave the same ones) after the
 // others and in flat order (WantedLocked), and while deferring the worker takes the ready ones
 // in order. A sub-group whose gradients turn ready still goes first, as before.
+// Note [No speculation over NVMe state with deferral]
+// A speculative step (gradient_clipping, fp16, bf16's overflow check) keeps a copy of each
+// sub-group it updates during the boundary backward (pageable memory, up to copy_limit_bytes,
+// 1 GiB) so that a rollback can restore it. With the optimizer state on NVMe and deferral on, the
+// copies bought little and were the one CPU term that depended on timing. Little: the state's
+// I/O, not Adam, is such a step's time, and what the backward leaves the next forward updates
+// (Defer) on the same disk; with clipping triggering (DeepSpeed's default 1.0, most steps early in
+// training) every speculation was rolled back, its early I/O lost. Timing: bench/scale's 1b size
+// kept one 33.5M-element sub-group (peak RSS 2.98 GB, 2.61 GB without the copies), the 71-layer
+// size two (3.65 GB), so the peak RSS grew with the model (largest / smallest 1.15-1.20, target
+// 1.15). So such a step is not armed (Begin returns, as in the steps after a rollback): Defer
+// updates its sub-groups once the norm is known, and nothing is kept. A step that cannot change
+// (no clipping, no overflow check) still updates sub-groups during the backward; so does every
+// step with the state in CPU memory, or without deferral.
 bool StepOverlap::CanDefer() const {
   if (o_.param_store == nullptr && o_.param_copy == nullptr) return false;
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {

@@ -29,6 +29,8 @@ namespace strata {
 //              for every offloaded element: how many sub-groups are updated before backward ends
 //              depends on the machine (2 of the 4 swap chunks here, 91 MiB of the planned 219),
 //              and when clipping triggers only every StepOverlap::kRetryAfter-th step tries.
+//              None with the state on NVMe and the updates deferred (Note [No speculation over
+//              NVMe state with deferral] in engine/optim/step_overlap_defer.cc).
 //   save       with the optimizer state not host-addressable (NVMe), Engine::SaveCheckpoint's
 //              streaming buffer of one swap chunk's master + moments (12 B an element; the
 //              state's own staging of that chunk is charged to the pinned tier).
@@ -83,7 +85,12 @@ void AddPageableItems(const ModelShape& model, const Config& config, const Pagea
   const bool no_copy = z.stage == 3 && z.offload_param.device == OffloadDevice::kNvme &&
                        z.offload_optimizer.device == OffloadDevice::kNvme;
   const uint64_t kept_copy_bytes = no_copy ? 0 : in.compute_bytes;
-  if (overlap && speculative) {
+  // Note [No speculation over NVMe state with deferral] (engine/optim/step_overlap_defer.cc): with
+  // the state on NVMe and the updates deferred (stage 3, parameters offloaded), nothing is kept.
+  const bool deferred_nvme = config.strata.deferred_updates && z.stage == 3 &&
+                             z.offload_param.device != OffloadDevice::kNone &&
+                             z.offload_optimizer.device == OffloadDevice::kNvme;
+  if (overlap && speculative && !deferred_nvme) {
     Add(plan, PlanPhase::kSteps,
         "speculative overlapped step: kept master + moments" +
             std::string(no_copy ? "" : " + compute copy") +

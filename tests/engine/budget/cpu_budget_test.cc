@@ -200,12 +200,14 @@ TEST(CpuBudgetPlanTest, ChoosesTheLargestSubGroupWhosePlanFits) {
 // steps only, so the tier counts it once against the other phases (Initialize's fp32 values of
 // the largest parameter here): the whole-run items plus the largest phase.
 TEST(PageablePlanTest, CountsTheSpeculativeStepsKeptCopiesInTheirPhase) {
-  auto plan = [](int params, double clip, bool overlap) {
+  // `defer`: strata.deferred_updates (with it, a step over NVMe state keeps nothing; below).
+  auto plan = [](int params, double clip, bool overlap, bool defer = false) {
     Result<Config> c = LoadConfigText(
         R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
             "gradient_clipping": )" +
             std::to_string(clip) + R"(, "strata": {"overlap_step": )" +
-            (overlap ? "true" : "false") + R"(}, "zero_optimization": {"stage": 3,
+            (overlap ? "true" : "false") + R"(, "deferred_updates": )" +
+            (defer ? "true" : "false") + R"(}, "zero_optimization": {"stage": 3,
             "offload_optimizer": {"device": "nvme", "nvme_path": "/x"},
             "offload_param": {"device": "nvme", "nvme_path": "/x"}}})",
         "t.json", {});
@@ -236,6 +238,12 @@ TEST(PageablePlanTest, CountsTheSpeculativeStepsKeptCopiesInTheirPhase) {
       uint64_t{12} * 10 * 1000000 - init);
   EXPECT_EQ(plan(10, 1.0, false).tier_bytes[pageable_tier],
             plan(10, 0.0, false).tier_bytes[pageable_tier]);
+  // Note [No speculation over NVMe state with deferral]: the state on NVMe and the updates
+  // deferred (the default), nothing is kept; the pageable tier is the unclipped one.
+  EXPECT_EQ(kept(plan(10, 1.0, true, true)), 0u);
+  EXPECT_EQ(kept(plan(100, 1.0, true, true)), 0u);
+  EXPECT_EQ(plan(10, 1.0, true, true).tier_bytes[pageable_tier],
+            plan(10, 0.0, true, true).tier_bytes[pageable_tier]);
 }
 
 }  // namespace

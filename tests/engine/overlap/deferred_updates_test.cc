@@ -75,6 +75,18 @@ TEST_P(DeferredUpdatesTest, EqualTheSerialStepAndTheUndeferredOverlapBitwise) {
   if (c.clip == kClipTriggers) {
     EXPECT_GE(deferred.deferred, (2 - deferred.skipped) * serial.sub_groups);
   }
+  // Note [No speculation over NVMe state with deferral]: with the state on NVMe a step that can
+  // change (a clip, fp16's overflow check) updates nothing during the backward, so it keeps no
+  // copy; every step defers all its sub-groups. The undeferred overlap still speculates.
+  const bool speculative = c.clip > 0 || c.dtype == DType::kFloat16;
+  if (std::string(c.opt) == "nvme" && speculative) {
+    EXPECT_EQ(deferred.overlapped, deferred.deferred)
+        << "a sub-group was updated during a speculative backward";
+    EXPECT_GE(deferred.deferred, (o.steps - deferred.skipped) * serial.sub_groups);
+    if (c.clip == kClipIdle) {
+      EXPECT_GT(early.overlapped, 0);
+    }
+  }
   std::printf("%s: %lld sub-group updates deferred, %lld in all\n", OverlapCaseName(c).c_str(),
               static_cast<long long>(deferred.deferred),
               static_cast<long long>(deferred.overlapped));
