@@ -6,7 +6,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <unistd.h>
 #include <utility>
 
 #include "aio/aio_handle.h"
@@ -97,6 +101,58 @@ double ProcessCpuSeconds() {
   timespec ts{};
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0.0;
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+std::map<int, ThreadCpu> ThreadCpuSeconds() {
+  namespace fs = std::filesystem;
+  std::map<int, ThreadCpu> out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const int pid = static_cast<int>(getpid());
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/self/task", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string dir = it->path().string();
+    std::ifstream stat(dir + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // the thread ended meanwhile
+    // "tid (comm) state ppid ...": the comm may hold spaces and parentheses; fields after the
+    // last ')' are 3..; utime and stime are fields 14 and 15.
+    const size_t close = line.rfind(')'), open = line.find('(');
+    if (close == std::string::npos || open == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int f = 3; f <= 15 && rest >> field; ++f) {
+      if (f == 14) utime = std::stod(field);
+      if (f == 15) stime = std::stod(field);
+    }
+    const int tid = std::stoi(line.substr(0, open));
+    ThreadCpu t;
+    t.name = tid == pid ? "main" : line.substr(open + 1, close - open - 1);
+    t.cpu_s = (utime + stime) / tick;
+    std::ifstream status(dir + "/status");
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        t.switches += std::stod(line.substr(line.find(':') + 1));
+      }
+    }
+    out[tid] = t;
+  }
+  return out;
+}
+
+std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& before,
+                                                const std::map<int, ThreadCpu>& after) {
+  std::map<std::string, ThreadCpu> out;
+  for (const auto& [tid, t] : after) {
+    const auto b = before.find(tid);
+    ThreadCpu& o = out[t.name];
+    o.name = t.name;
+    o.cpu_s += t.cpu_s - (b != before.end() ? b->second.cpu_s : 0.0);
+    o.switches += t.switches - (b != before.end() ? b->second.switches : 0.0);
+  }
+  return out;
 }
 
 double MeasureMemcpyGbps() {

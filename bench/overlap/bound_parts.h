@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,21 @@ class AdamAlone {
 // (CLOCK_PROCESS_CPUTIME_ID): what a part of the run cost the cores, spinning and the kernel's
 // I/O path included.
 double ProcessCpuSeconds();
+
+// CPU seconds (user + system) of each of this process's live threads, by thread id, with the
+// thread's name (/proc/self/task/*/stat and comm); the process's first thread is named "main".
+struct ThreadCpu {
+  std::string name;
+  double cpu_s = 0;
+  double switches = 0;  // context switches: voluntary (it blocked) + involuntary (preempted)
+};
+std::map<int, ThreadCpu> ThreadCpuSeconds();
+
+// The CPU seconds and context switches of each thread name between two ThreadCpuSeconds()
+// snapshots (threads started in between count from zero), summed over the threads that share a
+// name.
+std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& before,
+                                             const std::map<int, ThreadCpu>& after);
 
 // GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
 // host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's

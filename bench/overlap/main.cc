@@ -44,7 +44,9 @@
 // at Strata's own aio speed) and nvme_bytes_over_minimum (<= 1.05: the bytes against the
 // placement's minimum, size_run.cc), serial_over_overlapped (at balanced; >= 1.5), and
 // overlapped_over_bound as before, with each size's medians, rounds, bound parts and breakdowns.
+#include <pthread.h>
 #include <tbb/global_control.h>
+#include <tbb/task_scheduler_observer.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -103,9 +105,21 @@ std::vector<std::string> SplitSizes(const std::string& s) {
   return out;
 }
 
+// Names oneTBB's worker threads "tbb-worker" as they join the pool, so the per-thread CPU
+// seconds (size_run.cc, cpu_seconds.overlapped_by_thread) tell them from the engine's threads.
+class NameTbbWorkers : public tbb::task_scheduler_observer {
+ public:
+  NameTbbWorkers() { observe(true); }
+  ~NameTbbWorkers() override { observe(false); }
+  void on_scheduler_entry(bool is_worker) override {
+    if (is_worker) pthread_setname_np(pthread_self(), "tbb-worker");
+  }
+};
+
 int Run(const Options& o) {
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
+  NameTbbWorkers name_workers;
   llama::LlamaConfig mc;
   if (!o.preset.empty()) {
     Result<llama::LlamaConfig> p = llama::LlamaPreset(o.preset);

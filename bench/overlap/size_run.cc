@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -189,6 +190,7 @@ Result<json> RunSize(const SizeOptions& o) {
   std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
+  std::map<std::string, ThreadCpu> thread_cpu_over;  // summed over the timed overlapped steps
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
@@ -203,6 +205,10 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) {
           t_over.push_back(st.total_s);
           cpu_over.push_back(st.cpu_s);
+          for (const auto& [name, t] : st.threads) {
+            thread_cpu_over[name].cpu_s += t.cpu_s;
+            thread_cpu_over[name].switches += t.switches;
+          }
         }
         last_o = steps.back();
         losses.push_back(last_o.loss);
@@ -337,6 +343,16 @@ Result<json> RunSize(const SizeOptions& o) {
                       {"copies_cpu_s", copies_cpu_s},
                       {"work_cpu_s", work_cpu},
                       {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
+  // Per thread name, the mean per timed overlapped step (/proc's 10 ms ticks): which thread
+  // spends the CPU seconds (the engine names its threads: strata-strm-N a device stream,
+  // strata-aio-N an aio worker, strata-optim the overlapped step's worker, tbb-worker the oneTBB
+  // pool, main the caller).
+  json by_thread = json::object();
+  const double steps = static_cast<double>(std::max<size_t>(1, t_over.size()));
+  for (const auto& [name, t] : thread_cpu_over) {
+    by_thread[name] = {{"cpu_s", t.cpu_s / steps}, {"switches", t.switches / steps}};
+  }
+  j["cpu_seconds"]["overlapped_by_thread"] = by_thread;
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
   if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);
