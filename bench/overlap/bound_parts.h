@@ -83,7 +83,7 @@ std::map<int, ThreadCpu> ThreadCpuSeconds();
 // snapshots (threads started in between count from zero), summed over the threads that share a
 // name.
 std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& before,
-                                             const std::map<int, ThreadCpu>& after);
+                                                const std::map<int, ThreadCpu>& after);
 
 // GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
 // host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's

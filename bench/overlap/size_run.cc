@@ -190,7 +190,7 @@ Result<json> RunSize(const SizeOptions& o) {
   std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
-  std::map<std::string, ThreadCpu> thread_cpu_over;  // summed over the timed overlapped steps
+  std::map<std::string, ThreadCpu> thread_cpu_over;     // summed over the timed overlapped steps
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
