@@ -90,6 +90,11 @@ std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& 
 // memcpy uses at this size).
 double MeasureMemcpyGbps();
 
+// GB/s (1e9 B/s) of the swap's checksum (swap/swap_space.h SwapSpace::BlockChecksum, XXH3-64 per
+// 1 MiB block) on one thread over a fresh-touched 64 MiB buffer: what swap_checksums costs the
+// CPU per byte the step reads from or writes to NVMe (each such byte is hashed once).
+double MeasureChecksumGbps();
+
 struct AioSpeed {
   double read_gbps = 0;
   double write_gbps = 0;

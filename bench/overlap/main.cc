@@ -137,6 +137,7 @@ int Run(const Options& o) {
   const std::string dir = o.dir.empty() ? "overlap-swap" : o.dir;
   std::filesystem::create_directories(dir);
   const double memcpy_gbps = MeasureMemcpyGbps();
+  const double checksum_gbps = MeasureChecksumGbps();
 
   nlohmann::json out;
   out["model"] = {{"params", mc.NumParameters()},
@@ -148,6 +149,7 @@ int Run(const Options& o) {
                   {"dtype", "fp32"}};
   out["link_gbps"] = o.link_gbps;
   out["memcpy_gbps"] = memcpy_gbps;
+  out["checksum_gbps"] = checksum_gbps;
   out["rounds"] = o.rounds;
   out["steps_per_round"] = o.steps;
   out["threads"] = o.threads;
@@ -188,6 +190,7 @@ int Run(const Options& o) {
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
     so.dir = dir;
     so.memcpy_gbps = memcpy_gbps;
+    so.checksum_gbps = checksum_gbps;
     so.verbose = !o.json;
     Result<nlohmann::json> r = RunSize(so);
     if (!r.ok()) Die(name + ": " + r.status().ToString());

@@ -335,6 +335,13 @@ Result<json> RunSize(const SizeOptions& o) {
   const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   const double over_cpu = Median(cpu_over);
   const double work_cpu = Median(cpu_compute) + Median(cpu_adam) + copies_cpu_s;
+  // The swap checksums (strata.swap_checksums, on by default): each byte read from or written to
+  // NVMe hashed once, at the speed measured alone. Work the engine does by design, left out of
+  // work_cpu_s and of the bound (whose cpu work is the model's, the optimizer's and the link's).
+  const double checksums_cpu_s =
+      o.checksums && o.checksum_gbps > 0
+          ? static_cast<double>(b.nvme_read_bytes + b.nvme_write_bytes) / (o.checksum_gbps * 1e9)
+          : 0.0;
   j["cpu_seconds"] = {{"cores", cores},
                       {"overlapped_cpu_s", over_cpu},
                       {"overlapped_cores_busy", over > 0 ? over_cpu / (over * cores) : 0.0},
@@ -342,7 +349,11 @@ Result<json> RunSize(const SizeOptions& o) {
                       {"adam_cpu_s", Median(cpu_adam)},
                       {"copies_cpu_s", copies_cpu_s},
                       {"work_cpu_s", work_cpu},
-                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
+                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0},
+                      {"checksums_cpu_s", checksums_cpu_s},
+                      {"checksums_note",
+                       "not in work_cpu_s nor the bound: swap_checksums hashing the step's NVMe "
+                       "bytes once, at checksum_gbps measured alone"}};
   // Per thread name, the mean per timed overlapped step (/proc's 10 ms ticks): which thread
   // spends the CPU seconds (the engine names its threads: strata-strm-N a device stream,
   // strata-aio-N an aio worker, strata-optim the overlapped step's worker, tbb-worker the oneTBB

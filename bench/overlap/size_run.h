@@ -32,6 +32,7 @@ struct SizeOptions {
   bool deferred_updates = true;
   std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
   double memcpy_gbps = 0;    // measured once by the caller
+  double checksum_gbps = 0;  // the swap checksum's speed, measured once by the caller
   bool verbose = true;       // progress lines on stderr
   std::string trace;         // strata.trace_path of the overlapped engine ("" = none)
   int64_t buffer_count = 4;  // offload_optimizer.buffer_count (pinned sub-group buffers)
