@@ -108,6 +108,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
               {"deferred_updates", o.deferred_updates}}},
             {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
+  if (o.nvme_grad_chunk >= 0) c["strata"]["nvme_grad_chunk"] = o.nvme_grad_chunk;
   return c.dump();
 }
 
@@ -291,6 +292,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["aio_sweep_write_bytes"] = o.sweep_write_bytes;
   j["swap_checksums"] = o.checksums;
   j["deferred_updates"] = o.deferred_updates;
+  j["nvme_grad_chunk"] = o.nvme_grad_chunk;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;
