@@ -192,6 +192,7 @@ Result<json> RunSize(const SizeOptions& o) {
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
   std::map<std::string, ThreadCpu> thread_cpu_over;     // summed over the timed overlapped steps
+  std::map<std::string, ThreadCpu> thread_cpu_compute;  // summed over the compute-alone runs
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
@@ -219,7 +220,12 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) t_serial.push_back(st.total_s);
         last_s = steps.back();
       } else if (part == 2) {
+        const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
+        for (const auto& [name, t] : ThreadCpuDelta(threads0, ThreadCpuSeconds())) {
+          thread_cpu_compute[name].cpu_s += t.cpu_s;
+          thread_cpu_compute[name].switches += t.switches;
+        }
         t_compute.push_back(s);
         t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
@@ -366,6 +372,13 @@ Result<json> RunSize(const SizeOptions& o) {
     by_thread[name] = {{"cpu_s", t.cpu_s / steps}, {"switches", t.switches / steps}};
   }
   j["cpu_seconds"]["overlapped_by_thread"] = by_thread;
+  json compute_by_thread = json::object();  // the same for compute alone, per run
+  const double runs = static_cast<double>(std::max<size_t>(1, t_compute.size()));
+  for (const auto& [name, t] : thread_cpu_compute) {
+    if (t.cpu_s == 0 && t.switches == 0) continue;
+    compute_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
+  }
+  j["cpu_seconds"]["compute_by_thread"] = compute_by_thread;
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
   if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);
