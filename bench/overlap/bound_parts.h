@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,10 +70,30 @@ class AdamAlone {
 // I/O path included.
 double ProcessCpuSeconds();
 
+// CPU seconds (user + system) of each of this process's live threads, by thread id, with the
+// thread's name (/proc/self/task/*/stat and comm); the process's first thread is named "main".
+struct ThreadCpu {
+  std::string name;
+  double cpu_s = 0;
+  double switches = 0;  // context switches: voluntary (it blocked) + involuntary (preempted)
+};
+std::map<int, ThreadCpu> ThreadCpuSeconds();
+
+// The CPU seconds and context switches of each thread name between two ThreadCpuSeconds()
+// snapshots (threads started in between count from zero), summed over the threads that share a
+// name.
+std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& before,
+                                                const std::map<int, ThreadCpu>& after);
+
 // GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
 // host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's
 // memcpy uses at this size).
 double MeasureMemcpyGbps();
+
+// GB/s (1e9 B/s) of the swap's checksum (swap/swap_space.h SwapSpace::BlockChecksum, XXH3-64 per
+// 1 MiB block) on one thread over a fresh-touched 64 MiB buffer: what swap_checksums costs the
+// CPU per byte the step reads from or writes to NVMe (each such byte is hashed once).
+double MeasureChecksumGbps();
 
 struct AioSpeed {
   double read_gbps = 0;

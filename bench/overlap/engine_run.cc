@@ -67,6 +67,7 @@ EngineRun::~EngineRun() {
 Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
   using Clock = std::chrono::steady_clock;
   EngineStepResult out;
+  const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
   const double cpu0 = ProcessCpuSeconds();
   const auto t0 = Clock::now();
   STRATA_RETURN_IF_ERROR(engine_->Forward(batch));
@@ -75,6 +76,7 @@ Result<EngineStepResult> EngineRun::Step(const nn::TokenBatch& batch) {
   STRATA_ASSIGN_OR_RETURN(out.loss, engine_->Loss());
   out.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   out.cpu_s = ProcessCpuSeconds() - cpu0;
+  out.threads = ThreadCpuDelta(threads0, ThreadCpuSeconds());
   out.breakdown = engine_->last_breakdown();
   return out;
 }

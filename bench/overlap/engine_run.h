@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/overlap/bound_parts.h"
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
@@ -39,6 +41,7 @@ struct EngineRunOptions {
 struct EngineStepResult {
   double total_s = 0;
   double cpu_s = 0;
+  std::map<std::string, ThreadCpu> threads;  // by thread name (bound_parts.h ThreadCpuDelta)
   float loss = 0;
   StepBreakdown breakdown;
 };

@@ -44,7 +44,9 @@
 // at Strata's own aio speed) and nvme_bytes_over_minimum (<= 1.05: the bytes against the
 // placement's minimum, size_run.cc), serial_over_overlapped (at balanced; >= 1.5), and
 // overlapped_over_bound as before, with each size's medians, rounds, bound parts and breakdowns.
+#include <pthread.h>
 #include <tbb/global_control.h>
+#include <tbb/task_scheduler_observer.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -82,6 +84,7 @@ struct Options {
   double clip = 0.0;
   bool no_checksums = false;
   bool no_defer = false;
+  int64_t nvme_grad_chunk = -1;  // strata.nvme_grad_chunk (-1: the engine's default)
   std::string trace;
   int64_t buffer_count = 4;
   int64_t max_in_cpu = -1;
@@ -103,9 +106,21 @@ std::vector<std::string> SplitSizes(const std::string& s) {
   return out;
 }
 
+// Names oneTBB's worker threads "tbb-worker" as they join the pool, so the per-thread CPU
+// seconds (size_run.cc, cpu_seconds.overlapped_by_thread) tell them from the engine's threads.
+class NameTbbWorkers : public tbb::task_scheduler_observer {
+ public:
+  NameTbbWorkers() { observe(true); }
+  ~NameTbbWorkers() override { observe(false); }
+  void on_scheduler_entry(bool is_worker) override {
+    if (is_worker) pthread_setname_np(pthread_self(), "tbb-worker");
+  }
+};
+
 int Run(const Options& o) {
   tbb::global_control cap(tbb::global_control::max_allowed_parallelism,
                           static_cast<size_t>(o.threads));
+  NameTbbWorkers name_workers;
   llama::LlamaConfig mc;
   if (!o.preset.empty()) {
     Result<llama::LlamaConfig> p = llama::LlamaPreset(o.preset);
@@ -123,6 +138,7 @@ int Run(const Options& o) {
   const std::string dir = o.dir.empty() ? "overlap-swap" : o.dir;
   std::filesystem::create_directories(dir);
   const double memcpy_gbps = MeasureMemcpyGbps();
+  const double checksum_gbps = MeasureChecksumGbps();
 
   nlohmann::json out;
   out["model"] = {{"params", mc.NumParameters()},
@@ -134,6 +150,7 @@ int Run(const Options& o) {
                   {"dtype", "fp32"}};
   out["link_gbps"] = o.link_gbps;
   out["memcpy_gbps"] = memcpy_gbps;
+  out["checksum_gbps"] = checksum_gbps;
   out["rounds"] = o.rounds;
   out["steps_per_round"] = o.steps;
   out["threads"] = o.threads;
@@ -165,6 +182,7 @@ int Run(const Options& o) {
     so.clip = o.clip;
     so.checksums = !o.no_checksums;
     so.deferred_updates = !o.no_defer;
+    so.nvme_grad_chunk = o.nvme_grad_chunk;
     so.buffer_count = o.buffer_count;
     so.max_in_cpu = name == "nvme" ? 0 : o.max_in_cpu;  // every parameter streamed
     so.param_buffer_size = o.param_buffer_size;
@@ -174,6 +192,7 @@ int Run(const Options& o) {
     if (!o.trace.empty()) so.trace = o.trace + "." + name + ".json";
     so.dir = dir;
     so.memcpy_gbps = memcpy_gbps;
+    so.checksum_gbps = checksum_gbps;
     so.verbose = !o.json;
     Result<nlohmann::json> r = RunSize(so);
     if (!r.ok()) Die(name + ": " + r.status().ToString());
@@ -310,6 +329,9 @@ int main(int argc, char** argv) {
                "Chrome trace of the overlapped engine: <trace>.<size>.json (default: none)");
   flags.Double("clip", &o.clip,
                "gradient_clipping (0: none; a clip that triggers makes the overlap speculative)");
+  flags.Int("nvme-grad-chunk", &o.nvme_grad_chunk,
+            "strata.nvme_grad_chunk in bytes for both schedules (0: the gradient partition in "
+            "pinned CPU memory, no NVMe gradient region; -1: the engine's default)");
   flags.Bool("no-defer", &o.no_defer,
              "strata.deferred_updates false in the overlapped schedule (measures what deferring "
              "the step's updates into the next forward buys)");

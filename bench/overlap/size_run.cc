@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -107,6 +108,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
               {"deferred_updates", o.deferred_updates}}},
             {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
+  if (o.nvme_grad_chunk >= 0) c["strata"]["nvme_grad_chunk"] = o.nvme_grad_chunk;
   return c.dump();
 }
 
@@ -189,6 +191,8 @@ Result<json> RunSize(const SizeOptions& o) {
   std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
+  std::map<std::string, ThreadCpu> thread_cpu_over;     // summed over the timed overlapped steps
+  std::map<std::string, ThreadCpu> thread_cpu_compute;  // summed over the compute-alone runs
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
@@ -203,6 +207,10 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) {
           t_over.push_back(st.total_s);
           cpu_over.push_back(st.cpu_s);
+          for (const auto& [name, t] : st.threads) {
+            thread_cpu_over[name].cpu_s += t.cpu_s;
+            thread_cpu_over[name].switches += t.switches;
+          }
         }
         last_o = steps.back();
         losses.push_back(last_o.loss);
@@ -212,7 +220,12 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) t_serial.push_back(st.total_s);
         last_s = steps.back();
       } else if (part == 2) {
+        const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
+        for (const auto& [name, t] : ThreadCpuDelta(threads0, ThreadCpuSeconds())) {
+          thread_cpu_compute[name].cpu_s += t.cpu_s;
+          thread_cpu_compute[name].switches += t.switches;
+        }
         t_compute.push_back(s);
         t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
@@ -285,6 +298,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["aio_sweep_write_bytes"] = o.sweep_write_bytes;
   j["swap_checksums"] = o.checksums;
   j["deferred_updates"] = o.deferred_updates;
+  j["nvme_grad_chunk"] = o.nvme_grad_chunk;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;
@@ -329,6 +343,13 @@ Result<json> RunSize(const SizeOptions& o) {
   const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   const double over_cpu = Median(cpu_over);
   const double work_cpu = Median(cpu_compute) + Median(cpu_adam) + copies_cpu_s;
+  // The swap checksums (strata.swap_checksums, on by default): each byte read from or written to
+  // NVMe hashed once, at the speed measured alone. Work the engine does by design, left out of
+  // work_cpu_s and of the bound (whose cpu work is the model's, the optimizer's and the link's).
+  const double checksums_cpu_s =
+      o.checksums && o.checksum_gbps > 0
+          ? static_cast<double>(b.nvme_read_bytes + b.nvme_write_bytes) / (o.checksum_gbps * 1e9)
+          : 0.0;
   j["cpu_seconds"] = {{"cores", cores},
                       {"overlapped_cpu_s", over_cpu},
                       {"overlapped_cores_busy", over > 0 ? over_cpu / (over * cores) : 0.0},
@@ -336,7 +357,28 @@ Result<json> RunSize(const SizeOptions& o) {
                       {"adam_cpu_s", Median(cpu_adam)},
                       {"copies_cpu_s", copies_cpu_s},
                       {"work_cpu_s", work_cpu},
-                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0}};
+                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0},
+                      {"checksums_cpu_s", checksums_cpu_s},
+                      {"checksums_note",
+                       "not in work_cpu_s nor the bound: swap_checksums hashing the step's NVMe "
+                       "bytes once, at checksum_gbps measured alone"}};
+  // Per thread name, the mean per timed overlapped step (/proc's 10 ms ticks): which thread
+  // spends the CPU seconds (the engine names its threads: strata-strm-N a device stream,
+  // strata-aio-N an aio worker, strata-optim the overlapped step's worker, tbb-worker the oneTBB
+  // pool, main the caller).
+  json by_thread = json::object();
+  const double steps = static_cast<double>(std::max<size_t>(1, t_over.size()));
+  for (const auto& [name, t] : thread_cpu_over) {
+    by_thread[name] = {{"cpu_s", t.cpu_s / steps}, {"switches", t.switches / steps}};
+  }
+  j["cpu_seconds"]["overlapped_by_thread"] = by_thread;
+  json compute_by_thread = json::object();  // the same for compute alone, per run
+  const double runs = static_cast<double>(std::max<size_t>(1, t_compute.size()));
+  for (const auto& [name, t] : thread_cpu_compute) {
+    if (t.cpu_s == 0 && t.switches == 0) continue;
+    compute_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
+  }
+  j["cpu_seconds"]["compute_by_thread"] = compute_by_thread;
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
   if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);

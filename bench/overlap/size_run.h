@@ -30,8 +30,11 @@ struct SizeOptions {
   bool checksums = true;
   // strata.deferred_updates of the overlapped schedule (false only to measure what it buys).
   bool deferred_updates = true;
+  // strata.nvme_grad_chunk (bytes; 0: no NVMe gradient region); < 0: the engine's default.
+  int64_t nvme_grad_chunk = -1;
   std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
   double memcpy_gbps = 0;    // measured once by the caller
+  double checksum_gbps = 0;  // the swap checksum's speed, measured once by the caller
   bool verbose = true;       // progress lines on stderr
   std::string trace;         // strata.trace_path of the overlapped engine ("" = none)
   int64_t buffer_count = 4;  // offload_optimizer.buffer_count (pinned sub-group buffers)

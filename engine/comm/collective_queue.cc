@@ -1,5 +1,7 @@
 #include "engine/comm/collective_queue.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -36,6 +38,7 @@ CollectiveQueue::CollectiveQueue(std::string name, double timeout_s, QueueHooks*
       shared_(std::make_shared<Shared>()),
       last_completion_(Clock::now()) {
   thread_ = std::thread([this] { Loop(); });
+  pthread_setname_np(thread_.native_handle(), "strata-coll");
 }
 
 CollectiveQueue::~CollectiveQueue() {

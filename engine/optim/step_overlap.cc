@@ -1,5 +1,7 @@
 #include "engine/optim/step_overlap.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -90,6 +92,7 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
     }
   }
   o->worker_ = std::thread([p = o.get()] { p->WorkerLoop(); });
+  pthread_setname_np(o->worker_.native_handle(), "strata-optim");
   if (op.nvme_opt != nullptr) op.nvme_opt->set_drain_hook([p = o.get()] { p->PauseWorker(); });
   return o;
 }

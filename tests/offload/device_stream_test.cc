@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -232,6 +234,23 @@ TEST_P(DeviceStreamTest, FreeAsyncReleasesAfterEarlierWork) {
   const auto after = device_->MemoryStats();
   EXPECT_EQ(before.in_use_bytes, after.in_use_bytes);
   EXPECT_EQ(before.free_count + 1, after.free_count);
+}
+
+// Each host stream's thread carries its stream's index in its name (strata-strm-<index>), so
+// per-thread CPU accounting (top -H, /proc/<pid>/task/*/comm, bench/overlap's
+// cpu_seconds.overlapped_by_thread) tells the streams apart.
+TEST_P(DeviceStreamTest, HostStreamThreadIsNamedByItsIndex) {
+  if (GetParam() == testing::DeviceParam::kCuda)
+    GTEST_SKIP() << "host funcs run on a CUDA driver thread";
+  Stream other = NewStream();
+  for (const Stream& s : {stream_, other}) {
+    char name[16] = {};
+    ASSERT_TRUE(
+        s.LaunchHostFunc([&name] { pthread_getname_np(pthread_self(), name, sizeof(name)); }).ok());
+    ASSERT_TRUE(s.Synchronize().ok());
+    EXPECT_EQ(std::string(name), "strata-strm-" + std::to_string(s.id()));
+  }
+  ASSERT_TRUE(device_->DestroyStream(other).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDevices, DeviceStreamTest,

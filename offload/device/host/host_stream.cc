@@ -1,5 +1,7 @@
 #include "offload/device/host/host_stream.h"
 
+#include <pthread.h>
+
 #include <cstring>
 #include <string>
 #include <utility>
@@ -16,6 +18,8 @@ HostStream::HostStream(const Env& env, size_t queue_capacity, uint64_t index, in
       priority_(priority),
       ring_(queue_capacity == 0 ? 1 : queue_capacity) {
   worker_ = std::thread([this] { Run(); });
+  // Named for per-thread CPU accounting (top -H, /proc/<pid>/task/*/comm): at most 15 chars.
+  pthread_setname_np(worker_.native_handle(), ("strata-strm-" + std::to_string(index_)).c_str());
 }
 
 HostStream::~HostStream() { Shutdown().IgnoreError(); }
