@@ -20,7 +20,10 @@ namespace strata {
 //              small objects: 13-14 MiB on tiny and small alike (kProcessPageableBytes). And with
 //              a 16-bit compute dtype on the host-emulated device, the fp32 copy a GEMM makes of
 //              its 16-bit weight operand (nn/host/host_gemm.cc, a per-thread scratch that grows to
-//              the largest weight and stays: 3 MiB on small, heaptrack).
+//              the largest weight and stays: 3 MiB on small, heaptrack). Initialize runs no GEMM,
+//              so that copy is an item of the steps, save and export phases: on the 1b preset
+//              (configs/llama_nvme.json, 250 MiB) planned as a whole-run item beside
+//              initialisation's 250 MiB it made the plan 514 MiB for a peak of 280 MiB.
 //   initialize the initial values of one parameter at a time (fp32, the largest).
 //   steps      the speculative overlapped step's kept copies (engine/optim/step_overlap.h: before
 //              a sub-group is updated during the boundary backward its master and moments, and
@@ -68,9 +71,13 @@ void AddPageableItems(const ModelShape& model, const Config& config, const Pagea
       "the process: code pages, thread stacks, OpenBLAS's buffer, small objects (measured)",
       kProcessPageableBytes);
   if (config.strata.device != DeviceChoice::kCuda && in.compute_bytes == 2) {
-    Add(plan, PlanPhase::kRun,
-        "host GEMM: fp32 copy of a 16-bit weight operand (the largest parameter)",
-        model.LargestParameter() * 4);
+    // From the first forward on (Initialize runs no GEMM): in the steps and whatever follows them.
+    for (const PlanPhase phase : {PlanPhase::kSteps, PlanPhase::kSave, PlanPhase::kExport}) {
+      Add(plan, phase,
+          "host GEMM: fp32 copy of a 16-bit weight operand (the largest parameter; from the first "
+          "forward on)",
+          model.LargestParameter() * 4);
+    }
   }
   Add(plan, PlanPhase::kInitialize, "parameter initialisation (largest parameter, fp32)",
       model.LargestParameter() * 4);
