@@ -1,5 +1,7 @@
 #include "bench/overlap/bound_parts.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,8 +12,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <unistd.h>
 #include <utility>
 
 #include "aio/aio_handle.h"
@@ -155,6 +155,16 @@ std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& 
     o.switches += t.switches - (b != before.end() ? b->second.switches : 0.0);
   }
   return out;
+}
+
+void AddThreadCpu(const std::map<std::string, ThreadCpu>& delta,
+                  std::map<std::string, ThreadCpu>* sum) {
+  for (const auto& [name, t] : delta) {
+    ThreadCpu& o = (*sum)[name];
+    o.name = name;
+    o.cpu_s += t.cpu_s;
+    o.switches += t.switches;
+  }
 }
 
 double MeasureMemcpyGbps() {

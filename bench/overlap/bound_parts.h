@@ -84,6 +84,9 @@ std::map<int, ThreadCpu> ThreadCpuSeconds();
 // name.
 std::map<std::string, ThreadCpu> ThreadCpuDelta(const std::map<int, ThreadCpu>& before,
                                                 const std::map<int, ThreadCpu>& after);
+// Adds each name's CPU seconds and switches in `delta` to `sum`'s.
+void AddThreadCpu(const std::map<std::string, ThreadCpu>& delta,
+                  std::map<std::string, ThreadCpu>* sum);
 
 // GB/s (1e9 B/s) of a single-thread copy between two fresh-touched 64 MiB buffers, through the
 // host device's own link copy (offload/device/host/streaming_copy.h: streaming stores, as glibc's

@@ -207,10 +207,7 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) {
           t_over.push_back(st.total_s);
           cpu_over.push_back(st.cpu_s);
-          for (const auto& [name, t] : st.threads) {
-            thread_cpu_over[name].cpu_s += t.cpu_s;
-            thread_cpu_over[name].switches += t.switches;
-          }
+          AddThreadCpu(st.threads, &thread_cpu_over);
         }
         last_o = steps.back();
         losses.push_back(last_o.loss);
@@ -222,10 +219,7 @@ Result<json> RunSize(const SizeOptions& o) {
       } else if (part == 2) {
         const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
-        for (const auto& [name, t] : ThreadCpuDelta(threads0, ThreadCpuSeconds())) {
-          thread_cpu_compute[name].cpu_s += t.cpu_s;
-          thread_cpu_compute[name].switches += t.switches;
-        }
+        AddThreadCpu(ThreadCpuDelta(threads0, ThreadCpuSeconds()), &thread_cpu_compute);
         t_compute.push_back(s);
         t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
