@@ -195,10 +195,11 @@ int Run(Args a) {
     const double state = static_cast<double>(PlannedNvme(a, layers));
     const StepTraffic t = PlannedTraffic(a, layers);
     const double need = state * 1.1 + static_cast<double>(uint64_t{1} << 30);
-    // Writing the initial state, the steps' traffic, the bound's sweep (read + write).
+    // Writing the initial state, the steps' traffic and one more step's (the mixed pass), the
+    // bound's sweep (read + write).
     const double est =
         state / (probe.write_gbps * 1e9) +
-        static_cast<double>(o.steps) *
+        static_cast<double>(o.steps + 1) *
             (static_cast<double>(t.nvme_read_bytes) / (probe.read_gbps * 1e9) +
              static_cast<double>(t.nvme_write_bytes) / (probe.write_gbps * 1e9)) +
         static_cast<double>(o.sweep_bytes) * (1 / probe.read_gbps + 1 / probe.write_gbps) / 1e9;
@@ -258,12 +259,14 @@ int Run(Args a) {
         const auto& l = r["losses"];
         std::printf(
             "  %-4s %.2fB params, NVMe state %.1f GiB: loss %.4f -> %.4f, peak RSS %.2f GiB "
-            "(budget %.2f), step %.1f s vs bound %.1f s = %.2fx (%s)\n",
+            "(budget %.2f), step %.1f s vs bound %.1f s = %.2fx (%s); its NVMe bytes with reads "
+            "and writes together %.1f s (step / that %.2f)\n",
             name.c_str(), r["params"].get<double>() / 1e9, Gib(r["nvme_state_bytes"].get<double>()),
             l.front().get<double>(), l.back().get<double>(), Gib(r["peak_rss_bytes"].get<double>()),
             Gib(static_cast<double>(o.cpu_budget)), r["steady_step_s"].get<double>(),
             r["bound_s"].get<double>(), r["step_over_bound"].get<double>(),
-            r["bound_formed_by"].get<std::string>().c_str());
+            r["bound_formed_by"].get<std::string>().c_str(), r["mixed_io_s"].get<double>(),
+            r["step_over_mixed_io"].get<double>());
       }
       std::fflush(stdout);
     }

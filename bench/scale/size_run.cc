@@ -14,6 +14,7 @@
 
 #include "bench/overlap/bound_parts.h"
 #include "bench/overlap/engine_run.h"
+#include "bench/scale/mixed_io.h"
 #include "engine/plan/run_memory.h"
 
 namespace strata::bench {
@@ -39,27 +40,31 @@ uint64_t DirBytes(const std::string& dir) {
 }
 
 // Hard links to the largest swap files of `dir` until they hold `bytes`, in `links` (the same
-// files, so the sweep reads what the step reads; Note [Scale bound]).
-Result<uint64_t> LinkSweepFiles(const std::string& dir, const std::string& links, uint64_t bytes) {
+// files, so the sweep reads what the step reads; Note [Scale bound]), and to the others in
+// `rest` (Note [Mixed traffic] in mixed_io.cc). The bytes linked in `links`.
+Result<uint64_t> LinkSweepFiles(const std::string& dir, const std::string& links,
+                                const std::string& rest, uint64_t bytes) {
   std::vector<std::pair<uint64_t, fs::path>> files;
   std::error_code ec;
   for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (e.is_regular_file(ec) && e.path().string().rfind(links, 0) != 0) {
+    if (e.is_regular_file(ec) && e.path().string().rfind(links, 0) != 0 &&
+        e.path().string().rfind(rest, 0) != 0) {
       files.emplace_back(e.file_size(ec), e.path());
     }
   }
   std::sort(files.rbegin(), files.rend());
   fs::create_directories(links, ec);
   if (ec) return InternalError("cannot create " + links + ": " + ec.message());
+  fs::create_directories(rest, ec);
+  if (ec) return InternalError("cannot create " + rest + ": " + ec.message());
   uint64_t linked = 0;
   int n = 0;
   for (const auto& [size, path] : files) {
-    if (linked >= bytes) break;
-    const fs::path to = fs::path(links) / ("f" + std::to_string(n++));
+    const fs::path to = fs::path(linked < bytes ? links : rest) / ("f" + std::to_string(n++));
     if (::link(path.c_str(), to.c_str()) != 0) {
       return ErrnoToStatus(errno, "link " + path.string() + " -> " + to.string());
     }
-    linked += size;
+    if (to.parent_path() == fs::path(links)) linked += size;
   }
   if (linked == 0) return NotFoundError("no swap files under " + dir);
   return linked;
@@ -223,7 +228,8 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   const size_t numel = static_cast<size_t>(mc.NumParameters());
   const size_t request = static_cast<size_t>(std::min<int64_t>(o.sub_group_size, 1 << 24)) * 4;
   const std::string links = (fs::path(dir) / "sweep-links").string();
-  Result<uint64_t> linked = LinkSweepFiles(dir, links, o.sweep_bytes);
+  const std::string rest = (fs::path(dir) / "mixed-links").string();
+  Result<uint64_t> linked = LinkSweepFiles(dir, links, rest, o.sweep_bytes);
   if (!linked.ok()) return {{"error", linked.status().ToString()}};
   const AioOptions aio = run->config().aio;
   run.reset();  // its files closed (the links keep them) and its memory back
@@ -231,8 +237,18 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   // linked files, as many bytes as were read.
   Result<AioSpeed> speed =
       MeasureAioSweep(links, aio, request, UINT64_MAX, {}, SweepWrites::kInPlace);
-  fs::remove_all(links, ec);
   if (!speed.ok()) return {{"error", "aio sweep: " + speed.status().ToString()}};
+  fs::remove_all(links, ec);
+  // Note [Mixed traffic] in mixed_io.cc: the step's reads and writes together, on the swap files
+  // the sweep left alone (none when it took them all).
+  const uint64_t rest_bytes = DirBytes(rest);
+  Result<MixedIo> mixed =
+      MeasureMixedIo(rest, aio, request, last.nvme_read_bytes, last.nvme_write_bytes);
+  fs::remove_all(rest, ec);
+  if (!mixed.ok() && mixed.status().code() != StatusCode::kNotFound) {
+    return {{"error", mixed.status().ToString()}};
+  }
+  if (!mixed.ok()) mixed = MixedIo{};
   const DType dtype = o.dtype == "bf16" ? DType::kBFloat16 : DType::kFloat32;
   fs::remove_all(dir, ec);
   double compute_cpu_s = 0;
@@ -281,6 +297,25 @@ json RunScaleSize(const ScaleOptions& o, const llama::LlamaConfig& mc, const std
   out["bound_s"] = bound;
   out["bound_formed_by"] = formed_by;
   out["step_over_bound"] = bound > 0 ? step / bound : 0.0;
+  // Diagnostics (Note [Mixed traffic]): the step's NVMe bytes at the disk's speed with reads and
+  // writes sharing it, against the step and against the bound's separate passes.
+  const double mixed_s = mixed->gbps() > 0
+                             ? static_cast<double>(last.nvme_read_bytes + last.nvme_write_bytes) /
+                                   (mixed->gbps() * 1e9)
+                             : 0.0;
+  out["mixed_io_s"] = mixed_s;
+  out["step_over_mixed_io"] = mixed_s > 0 ? step / mixed_s : 0.0;
+  out["mixed_io_over_nvme_bound"] = nvme_s > 0 ? mixed_s / nvme_s : 0.0;
+  out["mixed_io_parts"] = {
+      {"files_bytes", rest_bytes},
+      {"read_bytes", mixed->read_bytes},
+      {"write_bytes", mixed->write_bytes},
+      {"seconds", mixed->seconds},
+      {"gbps", mixed->gbps()},
+      {"from",
+       "the step's reads and writes issued together, in its proportion, on the "
+       "swap files the bound's sweep left alone (0 when it took them all; "
+       "Note [Mixed traffic] in bench/scale/mixed_io.cc)"}};
   out["bound_parts"] = {
       {"nvme_s", nvme_s},
       {"aio_read_gbps", speed->read_gbps},
