@@ -24,6 +24,8 @@ StepBreakdown& StepBreakdown::operator+=(const StepBreakdown& o) {
   d2h_bytes += o.d2h_bytes;
   nvme_read_bytes += o.nvme_read_bytes;
   nvme_write_bytes += o.nvme_write_bytes;
+  grad_region_read_bytes += o.grad_region_read_bytes;
+  grad_region_write_bytes += o.grad_region_write_bytes;
   collective_bytes += o.collective_bytes;
   return *this;
 }
@@ -93,6 +95,8 @@ std::string StepBreakdown::ToJson() const {
       {"d2h_bytes", d2h_bytes},
       {"nvme_read_bytes", nvme_read_bytes},
       {"nvme_write_bytes", nvme_write_bytes},
+      {"grad_region_read_bytes", grad_region_read_bytes},
+      {"grad_region_write_bytes", grad_region_write_bytes},
       {"collective_bytes", collective_bytes},
   };
   return j.dump();

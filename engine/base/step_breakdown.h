@@ -34,6 +34,10 @@ struct StepBreakdown {
   uint64_t d2h_bytes = 0;
   uint64_t nvme_read_bytes = 0;
   uint64_t nvme_write_bytes = 0;
+  // Of nvme_read_bytes / nvme_write_bytes, the NVMe gradient region's (strata.nvme_grad_chunk:
+  // engine/optim/grad_region.h); the rest of the optimizer's are its state's.
+  uint64_t grad_region_read_bytes = 0;
+  uint64_t grad_region_write_bytes = 0;
   uint64_t collective_bytes = 0;  // this rank's send volume
 
   // Field-wise sum (several steps, or parts measured apart).

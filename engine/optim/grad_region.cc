@@ -109,6 +109,8 @@ Result<std::unique_ptr<GradRegion>> GradRegion::Create(size_t numel,
   r->has_data_.assign(chunks, 0);
   r->touched_.assign(chunks, 0);
   r->added_.assign(chunks, 0);
+  r->consumed_.assign(chunks, 0);
+  r->dropped_.assign(chunks, 0);
   r->norm_sums_.assign(SquaredNormChunks(numel), 0.0);
   return r;
 }
@@ -226,6 +228,8 @@ Status GradRegion::BeginPass(bool first, bool last) {
       if (!s.ok()) return s;
     }
     std::fill(has_data_.begin(), has_data_.end(), 0);
+    std::fill(consumed_.begin(), consumed_.end(), 0);
+    std::fill(dropped_.begin(), dropped_.end(), 0);
     read_chunk_ = -1;
   }
   std::fill(touched_.begin(), touched_.end(), 0);
@@ -247,6 +251,10 @@ Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
   for (size_t end = flat_begin + n; end > flat_begin;) {
     const size_t c = (end - 1) / cn;
     const size_t start = std::max(flat_begin, c * cn);
+    if (dropped_[c] != 0) {  // its values left unwritten: an add now would start from stale ones
+      return FailedPreconditionError("gradient region: add to " + Where(c) +
+                                     " after this step's updates consumed it");
+    }
     STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, true));
     if (read_chunk_ == static_cast<int>(c)) read_chunk_ = -1;  // its copy is out of date now
     // Note [Copy into a fresh chunk]: [lo, hi) in the chunk; below b->fresh it is zeros not
@@ -313,10 +321,60 @@ void GradRegion::Materialize(Buffer& b) {
 Status GradRegion::WriteBehind(size_t c, Buffer& b) {
   if (buffers_.size() >= num_chunks()) return Status::Ok();
   if (!expected_.empty()) {
-    return added_[c] >= expected_[c] ? WriteOut(b) : Status::Ok();
+    return added_[c] >= expected_[c] && !Held(c) ? WriteOut(b) : Status::Ok();
   }
   for (Buffer& o : buffers_) {
-    if (o.chunk > static_cast<int>(c) && o.dirty) STRATA_RETURN_IF_ERROR(WriteOut(o));
+    if (o.chunk > static_cast<int>(c) && o.dirty && !Held(static_cast<size_t>(o.chunk))) {
+      STRATA_RETURN_IF_ERROR(WriteOut(o));
+    }
+  }
+  return Status::Ok();
+}
+
+// Note [Gradients of resident states]
+// Written behind (Note [Write-behind]), every finished chunk went to NVMe, also those whose
+// updates read them a moment later from the same buffer: with the overlapped step the sub-groups
+// whose optimizer states are already in the swap buffers are updated as soon as their gradients
+// are complete, so their chunks were written and never read back (bench/overlap's compute size:
+// the whole 135 MB gradient written a step, 0 bytes read). So on the last pass a finished chunk
+// that the optimizer holds (set_hold: each sub-group it touches has its state in a swap buffer,
+// and the step's updates are final) is not written: it stays in its buffer, dirty, until the
+// updates of every element in it have consumed it (Consume), and then leaves the buffer unwritten,
+// with its norm sums taken first (Note [Norm as reduced]). The buffers stay the region's fixed
+// count: a held chunk whose buffer is needed before its updates come is written out then, as any
+// dirty chunk (Load), so the gradients of a sub-group whose state is not resident still go to NVMe,
+// and nothing waits for an update. The chunks of the sub-groups whose states must be read still
+// go to NVMe behind the backward and are read back with their states, as before.
+bool GradRegion::Held(size_t c) const {
+  if (!last_pass_ || !hold_) return false;
+  const size_t b = c * options_.chunk_numel;
+  return hold_(b, b + ChunkNumel(c));
+}
+
+Status GradRegion::Consume(size_t flat_begin, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flat_begin > numel_ || n > numel_ - flat_begin) {
+    return InvalidArgumentError("gradient region: consume of [" + std::to_string(flat_begin) +
+                                ", " + std::to_string(flat_begin + n) +
+                                ") outside the partition of " + std::to_string(numel_));
+  }
+  if (!last_pass_) return Status::Ok();  // earlier passes' sums are still to be added to
+  const size_t cn = options_.chunk_numel;
+  for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
+    const size_t c = e / cn;
+    const size_t stop = std::min(end, c * cn + ChunkNumel(c));
+    consumed_[c] += stop - e;
+    e = stop;
+    if (consumed_[c] < ChunkNumel(c)) continue;
+    for (Buffer& b : buffers_) {
+      if (b.chunk != static_cast<int>(c)) continue;
+      Materialize(b);
+      TakeNormSums(c, static_cast<const float*>(b.mem.data()));
+      b.chunk = -1;  // a write still in flight is waited for before the buffer is reused (Load)
+      b.dirty = false;
+      dropped_[c] = 1;
+    }
+    if (read_chunk_ == static_cast<int>(c)) read_chunk_ = -1;
   }
   return Status::Ok();
 }
@@ -327,7 +385,8 @@ Status GradRegion::EndPass() {
   if (!last_pass_) return Status::Ok();
   // Note [Norm as reduced]: the resident chunks' final values, then those only earlier passes
   // wrote (read back once).
-  std::vector<char> summed(num_chunks(), 0);
+  // A chunk consumed already had its sums taken as it left its buffer.
+  std::vector<char> summed(dropped_.begin(), dropped_.end());
   for (Buffer& b : buffers_) {
     if (b.chunk < 0 || has_data_[static_cast<size_t>(b.chunk)] == 0) continue;
     Materialize(b);
@@ -365,6 +424,10 @@ Status GradRegion::Read(size_t flat_begin, size_t n, float* out) {
     const size_t c = e / cn;
     const size_t stop = std::min(end, c * cn + ChunkNumel(c));
     float* dst = out + (e - flat_begin);
+    if (dropped_[c] != 0) {
+      return FailedPreconditionError("gradient region: read of " + Where(c) +
+                                     ", which this step's updates consumed already");
+    }
     if (has_data_[c] == 0) {
       std::memset(dst, 0, (stop - e) * sizeof(float));
     } else {

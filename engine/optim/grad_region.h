@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -114,6 +115,22 @@ class GradRegion final : public GradTarget {
   // added). After EndPass of the last pass.
   Status Read(size_t flat_begin, size_t n, float* out);
 
+  // Note [Gradients of resident states] (grad_region.cc). `hold(flat_begin, flat_end)`: whether
+  // the last pass's gradients of those elements will be read (Read) and consumed (Consume) soon,
+  // from memory, by updates that are final (the overlapped step's, with their states in the
+  // optimizer's buffers). A finished chunk it holds is not written behind: it waits in its buffer,
+  // dirty, for its updates (written only if its buffer is needed first). Called under the
+  // region's lock from the thread that adds; null (the default) holds nothing.
+  void set_hold(std::function<bool(size_t, size_t)> hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = std::move(hold);
+  }
+  // The step is done with elements [flat_begin, flat_begin + n) of the last pass's gradient (their
+  // updates are final and have read them). A chunk every element of which is consumed leaves its
+  // buffer without a write (its norm sums taken first); reading it again this step is
+  // FailedPrecondition. Chunks not in a buffer are left as they are.
+  Status Consume(size_t flat_begin, size_t n);
+
   // After EndPass of the last pass: the squared norm of the whole gradient (the chunk sums in
   // order), and whether any element is Inf or NaN.
   double SquaredNorm() const;
@@ -175,6 +192,13 @@ class GradRegion final : public GradTarget {
   std::vector<size_t> added_;
   std::vector<size_t> expected_;
   std::vector<double> norm_sums_;
+  // Note [Gradients of resident states]: per chunk, the elements Consume has had this step, and
+  // whether it left its buffer unwritten that way (not to be read again).
+  std::vector<size_t> consumed_;
+  std::vector<char> dropped_;
+  std::function<bool(size_t, size_t)> hold_;
+  // Whether the last pass's finished chunk c is held (hold_).
+  bool Held(size_t c) const;
   uint64_t clock_ = 0;
   bool last_pass_ = false;
   Stats stats_;

@@ -124,6 +124,8 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
     s->swap_to_group_.push_back(static_cast<int>(i));
   }
   s->written_.assign(sub_groups.size(), false);
+  s->in_buffers_ = std::make_unique<std::atomic<uint8_t>[]>(sub_groups.size());
+  for (size_t i = 0; i < sub_groups.size(); ++i) s->in_buffers_[i].store(0);
 
   PinnedPoolOptions po;
   po.buffer_bytes = std::max<size_t>(numel * sizeof(float), 64);
@@ -145,6 +147,7 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
     auto region = GradRegion::Create(std::max<size_t>(numel, 1), ro, aio);
     if (!region.ok()) return region.status().WithContext("offload_optimizer nvme");
     s->region_ = std::move(region).value();
+    s->region_->set_hold([p = s.get()](size_t b, size_t e) { return p->HoldsGrads(b, e); });
     size_t largest = 1;
     for (const SubGroup& g : sub_groups) largest = std::max(largest, Numel(g));
     po.buffer_bytes = largest * sizeof(float);
@@ -252,6 +255,23 @@ Result<const float*> NvmeOptimizerState::SubGroupGrads(int i) {
   Status s = region_->Read(g.flat_begin, Numel(g), out);
   if (!s.ok()) return s.WithContext("gradients of sub-group " + std::to_string(i));
   return static_cast<const float*>(out);
+}
+
+bool NvmeOptimizerState::HoldsGrads(size_t flat_begin, size_t flat_end) const {
+  if (!hold_grads_.load(std::memory_order_relaxed) || flat_end <= flat_begin) return false;
+  for (int i = SubGroupOf(flat_begin); i < num_sub_groups(); ++i) {
+    const SubGroup& g = groups_[static_cast<size_t>(i)];
+    if (g.flat_begin >= flat_end) break;
+    if (Numel(g) > 0 && !InBuffers(i)) return false;
+  }
+  return true;
+}
+
+Status NvmeOptimizerState::ConsumeGrads(int i) {
+  if (region_ == nullptr || i < 0 || i >= num_sub_groups()) return Status::Ok();
+  const SubGroup& g = groups_[static_cast<size_t>(i)];
+  return region_->Consume(g.flat_begin, Numel(g))
+      .WithContext("gradients of sub-group " + std::to_string(i));
 }
 
 int NvmeOptimizerState::SubGroupOf(size_t e) const {
@@ -500,6 +520,8 @@ void NvmeOptimizerState::AddTo(StepBreakdown* b) const {
     const GradRegion::Stats rs = region_->TakeStats();
     b->nvme_read_bytes += rs.bytes_read;
     b->nvme_write_bytes += rs.bytes_written;
+    b->grad_region_read_bytes += rs.bytes_read;
+    b->grad_region_write_bytes += rs.bytes_written;
   }
   if (!swapper_stepped_) {
     b->io_wait_ms += sg_wait_ms_;

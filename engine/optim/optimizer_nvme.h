@@ -44,6 +44,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -124,6 +125,14 @@ class NvmeOptimizerState {
   float* grad() const { return grad_; }
   // The gradient region (options.grad_chunk_numel > 0), or null. The reducer adds into it.
   GradRegion* grad_region() const { return region_.get(); }
+  // Note [Gradients of resident states] (grad_region.cc). While on (the overlapped step, armed
+  // with final updates), the region holds the finished gradient chunks whose sub-groups all have
+  // their states in the swap buffers, for their updates to read from memory; off (the default),
+  // it holds none. Any thread.
+  void set_hold_grads(bool on) { hold_grads_.store(on, std::memory_order_relaxed); }
+  // Sub-group i's update is final and has read its gradients: a gradient region lets the chunks
+  // every update of this step has read leave its buffers unwritten. No-op without a region.
+  Status ConsumeGrads(int i);
   // State bytes on NVMe (master + moments, 12 B per element, before alignment) and pinned CPU
   // bytes (swap buffers once made, the gradient partition).
   uint64_t nvme_bytes() const { return 3 * uint64_t{numel_} * sizeof(float); }
@@ -232,10 +241,18 @@ class NvmeOptimizerState {
   uint64_t dirty_bytes() const;
   // Whether any slot holds a sub-group (a read, a copy or a write).
   bool async_busy() const;
-  // The first of `wanted` (non-empty sub-groups, in the order they will be needed) whose states
-  // fit in the buffers together: those the read-ahead keeps. Empty until the buffers are made
-  // (the first ReadAhead or AcquireState).
-  std::span<const int> Window(std::span<const int> wanted) const;
+  // The sub-groups of `wanted` (in the order they will be needed) the read-ahead keeps, in that
+  // order: those whose states are in the buffers already, and the first of the others whose
+  // states fit in the room those leave (Note [Resident states stay] in optimizer_nvme_async.cc).
+  // Empty until the buffers are made (the first ReadAhead or AcquireState).
+  std::vector<int> Window(std::span<const int> wanted) const;
+  // Whether sub-group i's state has a slot (a read in flight, a copy, or a write in flight). Any
+  // thread may ask (the gradient region's adds do: Note [Gradients of resident states]); the
+  // answer may be out of date by the time it is used.
+  bool InBuffers(int i) const {
+    return i >= 0 && static_cast<size_t>(i) < groups_.size() &&
+           in_buffers_[static_cast<size_t>(i)].load(std::memory_order_relaxed) != 0;
+  }
   bool fuses_updates() const { return swapper_->checksums(); }
   struct AsyncStats {
     uint64_t bytes_read = 0, bytes_written = 0;
@@ -321,10 +338,12 @@ class NvmeOptimizerState {
   void StartRead(int i, size_t k);
   // Starts the write of slot k (valid and dirty, or just updated): it becomes kWriting.
   void StartWrite(size_t k);
-  // Starts the writes of dirty slots whose sub-groups are not in `keep` until the room free,
-  // droppable or being written out reaches need_bytes: the sub-groups not in `order` first, then
-  // those of `order` needed last first. Whether any started.
-  bool WriteOutDirty(std::span<const int> keep, size_t need_bytes, std::span<const int> order);
+  // Starts the writes of the dirty copies in the cheapest range of need_bytes that holds no copy
+  // in `keep` and no read in flight (Note [Room for a state]); whether that range has a write in
+  // flight now (waiting for the oldest I/O then helps). False when there is no such range.
+  bool MakeRoom(size_t need_bytes, std::span<const int> keep);
+  // Starts the write of every dirty copy (the drain).
+  void WriteOutAllDirty();
   // Waits for every I/O in flight (the first error).
   Status WaitAllIo();
   OptimizerSwapper::StateView SlotState(size_t k) const;
@@ -380,7 +399,13 @@ class NvmeOptimizerState {
   double sg_wait_ms_ = 0, sg_update_ms_ = 0;
   std::vector<Slot> slots_;   // one record per non-empty sub-group at most
   std::vector<int> slot_of_;  // sub-group -> slot, or -1
-  size_t region_bytes_ = 0;   // the swapper's region
+  // slot_of_[i] >= 0, readable from any thread (InBuffers).
+  std::unique_ptr<std::atomic<uint8_t>[]> in_buffers_;
+  std::atomic<bool> hold_grads_{false};
+  // Whether every sub-group holding an element of [flat_begin, flat_end) has its state in the
+  // buffers (the region's hold, with hold_grads_ on).
+  bool HoldsGrads(size_t flat_begin, size_t flat_end) const;
+  size_t region_bytes_ = 0;  // the swapper's region
   uint64_t io_seq_ = 0;
   AsyncStats async_stats_;
   std::function<void()> drain_hook_;

@@ -20,9 +20,6 @@ double AsyncNowMs() {
 
 size_t AsyncNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 
-// WriteOutDirty's need_bytes for "every dirty copy not kept" (no room ever reaches it).
-constexpr size_t kAllDirty = SIZE_MAX;
-
 bool Contains(std::span<const int> v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
@@ -41,16 +38,43 @@ OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
   return swapper_->StateAt(swap_index_[static_cast<size_t>(s.sg)], s.offset);
 }
 
-std::span<const int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
+// Note [Resident states stay]
+// The read-ahead keeps the states it wants in the buffers: those already there (read this step,
+// or left by the last one: write-back keeps every updated state until its room is needed), and
+// the next ones it wants, in order, as far as the room the others leave holds them. Only copies
+// outside that set (the sub-groups updated this step, which the next step wants last... or not
+// at all) are written out and dropped to make room. Before, the set was the first of `wanted` that
+// fit, whether resident or not: with the states of a step not all fitting, the ones the last step
+// left (the backward's last, its first to update) were outside it, so the next step's first
+// read-ahead wrote them all out and read them back at the end of its backward - every state read
+// and written every step (bench/overlap's compute size: 355 of 404 MB a step with 268 MB of
+// buffers). Kept, a step reads what the buffers cannot hold: once the buffers are full of states
+// it wants, the first state it needs takes the room of the one it wants last (AcquireState gives
+// up the kept copies needed last first), and each later one the room of a state this step has
+// updated. Which room goes: Note [Room for a state].
+std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
+  if (slot_of_.empty()) return {};
   uint64_t used = 0;
-  size_t n = 0;
-  for (; n < wanted.size(); ++n) {
-    const int idx = swap_index_[static_cast<size_t>(wanted[n])];
-    const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
-    if (used + b > region_bytes_) break;
-    used += b;
+  for (const int w : wanted) {
+    const int idx = swap_index_[static_cast<size_t>(w)];
+    if (idx >= 0 && slot_of_[static_cast<size_t>(w)] >= 0) used += swapper_->state_bytes(idx);
   }
-  return wanted.first(n);
+  std::vector<int> out;
+  out.reserve(wanted.size());
+  bool full = false;
+  for (const int w : wanted) {
+    const int idx = swap_index_[static_cast<size_t>(w)];
+    if (idx >= 0 && slot_of_[static_cast<size_t>(w)] >= 0) {
+      out.push_back(w);
+      continue;
+    }
+    const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
+    full = full || used + b > region_bytes_;
+    if (full) continue;  // the reads go in the order wanted: none past the first that waits
+    used += b;
+    out.push_back(w);
+  }
+  return out;
 }
 
 bool NvmeOptimizerState::async_busy() const {
@@ -66,7 +90,10 @@ NvmeOptimizerState::AsyncStats NvmeOptimizerState::TakeAsyncStats() {
 
 void NvmeOptimizerState::FreeSlot(size_t k) {
   Slot& s = slots_[k];
-  if (s.sg >= 0) slot_of_[static_cast<size_t>(s.sg)] = -1;
+  if (s.sg >= 0) {
+    slot_of_[static_cast<size_t>(s.sg)] = -1;
+    in_buffers_[static_cast<size_t>(s.sg)].store(0, std::memory_order_relaxed);
+  }
   s = Slot{};
 }
 
@@ -121,7 +148,7 @@ int NvmeOptimizerState::Place(int i, std::span<const int> keep) {
   if (record < 0 || need > region_bytes_) return -1;
   std::sort(used.begin(), used.end(),
             [&](size_t a, size_t b) { return slots_[a].offset < slots_[b].offset; });
-  auto droppable = [&](const Slot& s) {  // a dirty copy is written first (WriteOutDirty)
+  auto droppable = [&](const Slot& s) {  // a dirty copy is written first (MakeRoom)
     return s.state == Slot::State::kValid && !s.dirty && !Contains(keep, s.sg);
   };
   // Pass 0: free gaps only; pass 1: valid copies not kept count as free.
@@ -158,6 +185,7 @@ void NvmeOptimizerState::Claim(size_t k, int i, size_t offset) {
   s.offset = offset;
   s.bytes = swapper_->state_bytes(swap_index_[static_cast<size_t>(i)]);
   slot_of_[static_cast<size_t>(i)] = static_cast<int>(k);
+  in_buffers_[static_cast<size_t>(i)].store(1, std::memory_order_relaxed);
 }
 
 void NvmeOptimizerState::StartRead(int i, size_t k) {
@@ -220,36 +248,61 @@ void NvmeOptimizerState::StartWrite(size_t k) {
   async_stats_.bytes_written += swapper_->state_bytes(idx);
 }
 
-bool NvmeOptimizerState::WriteOutDirty(std::span<const int> keep, size_t need_bytes,
-                                       std::span<const int> order) {
-  // Room that is free, droppable or being written out already counts towards the need.
-  size_t room = region_bytes_;
-  for (const Slot& s : slots_) {
-    const bool going =
-        ((s.state == Slot::State::kValid && !s.dirty) || s.state == Slot::State::kWriting) &&
-        !Contains(keep, s.sg);
-    if (s.state != Slot::State::kFree && !going) room -= std::min(room, s.bytes);
-  }
-  // Candidates: the sub-groups not in `order` first, then those of `order` needed last first.
-  auto rank = [&](int sg) -> size_t {
-    const auto it = std::find(order.begin(), order.end(), sg);
-    return it == order.end() ? 0 : 1 + static_cast<size_t>(order.end() - it);
-  };
-  std::vector<size_t> dirty;
+// Note [Room for a state]
+// A state takes a contiguous range of the region (Note [Slots by size]). When no free range fits
+// it, the range to clear is the one that costs least: every copy in it is a state to read again
+// later (its bytes) and a dirty one a write now (its bytes again); a copy in `keep` or a read in
+// flight is never in it. Only the dirty copies of that range are written (the room is free once
+// their writes are done), not every dirty copy: a state written out but left in its buffer was
+// written for nothing if it is updated again before its room is needed (Note [Write-back]).
+bool NvmeOptimizerState::MakeRoom(size_t need_bytes, std::span<const int> keep) {
+  if (need_bytes > region_bytes_) return false;
+  std::vector<size_t> used;  // records holding a range, by offset
   for (size_t k = 0; k < slots_.size(); ++k) {
-    const Slot& s = slots_[k];
-    if (s.state == Slot::State::kValid && s.dirty && !Contains(keep, s.sg)) dirty.push_back(k);
+    if (slots_[k].state != Slot::State::kFree) used.push_back(k);
   }
-  std::stable_sort(dirty.begin(), dirty.end(),
-                   [&](size_t a, size_t b) { return rank(slots_[a].sg) < rank(slots_[b].sg); });
-  bool any = false;
-  for (const size_t k : dirty) {
-    if (room >= need_bytes) break;
-    room += slots_[k].bytes;
-    StartWrite(k);
-    any = true;
+  std::sort(used.begin(), used.end(),
+            [&](size_t a, size_t b) { return slots_[a].offset < slots_[b].offset; });
+  auto blocks = [&](const Slot& s) {
+    return s.state == Slot::State::kReading || Contains(keep, s.sg);
+  };
+  uint64_t best_cost = UINT64_MAX;
+  size_t best_start = 0;
+  // A range that clears the least starts at the region's start or where a copy ends.
+  for (size_t c = 0; c <= used.size(); ++c) {
+    const size_t start = c == 0 ? 0 : slots_[used[c - 1]].offset + slots_[used[c - 1]].bytes;
+    if (start + need_bytes > region_bytes_) continue;
+    uint64_t cost = 0;
+    bool ok = true;
+    for (size_t u = c; u < used.size() && slots_[used[u]].offset < start + need_bytes; ++u) {
+      const Slot& s = slots_[used[u]];
+      if (s.offset + s.bytes <= start) continue;
+      if (blocks(s)) {
+        ok = false;
+        break;
+      }
+      cost += s.bytes + (s.state == Slot::State::kValid && s.dirty ? s.bytes : 0);
+    }
+    if (ok && cost < best_cost) {
+      best_cost = cost;
+      best_start = start;
+    }
   }
-  return any;
+  if (best_cost == UINT64_MAX) return false;
+  bool waits = false;
+  for (const size_t k : used) {
+    Slot& s = slots_[k];
+    if (s.offset >= best_start + need_bytes || s.offset + s.bytes <= best_start) continue;
+    if (s.state == Slot::State::kValid && s.dirty) StartWrite(k);
+    waits |= s.state == Slot::State::kWriting;
+  }
+  return waits;
+}
+
+void NvmeOptimizerState::WriteOutAllDirty() {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    if (slots_[k].state == Slot::State::kValid && slots_[k].dirty) StartWrite(k);
+  }
 }
 
 Status NvmeOptimizerState::WaitAllIo() {
@@ -280,10 +333,37 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
     if (!s.ok() && first.ok()) first = s;
   }
   STRATA_RETURN_IF_ERROR(first);
-  const std::span<const int> window = Window(wanted);
+  const std::vector<int> window = Window(wanted);
   bool in_flight = false;
   for (const Slot& s : slots_) {
     in_flight |= s.state == Slot::State::kReading || s.state == Slot::State::kWriting;
+  }
+  // Note [The next state's room]
+  // The state needed next, when it is not in the buffers and the room it needs holds only states
+  // the read-ahead keeps (a step's start: the buffers full of states the last step left), takes
+  // the room of those needed last now, as its AcquireState would once its gradients are there:
+  // the same bytes, read while the forward (or the backward before its first update) runs.
+  if (!wanted.empty()) {
+    const int w = wanted.front();
+    if (swap_index_[static_cast<size_t>(w)] >= 0 && slot_of_[static_cast<size_t>(w)] < 0 &&
+        !Contains(window, w)) {
+      const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
+      for (size_t n = window.size() + 1; n-- > 0;) {
+        const std::span<const int> keep = std::span<const int>(window).first(n);
+        const int k = Place(w, keep);
+        if (k >= 0) {
+          StartRead(w, static_cast<size_t>(k));
+          *waiting_helps = true;
+          return Status::Ok();
+        }
+        if (MakeRoom(need, keep)) {
+          *waiting_helps = true;
+          return Status::Ok();
+        }
+      }
+      *waiting_helps = in_flight;
+      return Status::Ok();
+    }
   }
   for (const int w : window) {
     if (swap_index_[static_cast<size_t>(w)] < 0) continue;  // empty
@@ -294,11 +374,9 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
     }
     const int k = Place(w, window);
     if (k < 0) {
-      // Dirty copies not in the window make the room, those needed last first (Note [Write-back]).
-      // With nothing in flight the room is there but scattered: every dirty copy not in the
-      // window goes.
+      // The copies not in the window make the room (Note [Room for a state]).
       const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
-      in_flight |= WriteOutDirty(window, in_flight ? need : kAllDirty, wanted);
+      in_flight |= MakeRoom(need, window);
       *waiting_helps |= in_flight;
       break;
     }
@@ -351,27 +429,26 @@ Result<OptimizerSwapper::StateView> NvmeOptimizerState::AcquireState(int i,
     }
     int k = Place(i, keep);
     if (k < 0) {  // the region is busy with I/O or holds kept or dirty sub-groups
-      // The copies not kept go to NVMe first, as many as the room needs (Note [Write-back]).
-      WriteOutDirty(keep, swapper_->state_bytes(swap_index_[static_cast<size_t>(i)]), keep);
+      // The copies not kept make the room (Note [Room for a state]): wait for their writes.
+      const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(i)]);
+      const bool writes = MakeRoom(need, keep);
       STRATA_ASSIGN_OR_RETURN(bool waited, WaitOldestIo());
-      if (waited) continue;
-      // The room is there but scattered among dirty copies: every one not kept goes.
-      if (WriteOutDirty(keep, kAllDirty, keep)) continue;
-      // Nothing in flight and no room among the kept copies (keep larger than the region, or
-      // the kept copies scattered so no gap fits): give up the kept copies needed last first.
+      if (waited || writes) continue;
+      // Nothing in flight and no room without the kept copies (keep larger than the region, or
+      // the kept copies scattered so no gap fits): give up the kept copies needed last first
+      // (Note [Resident states stay]).
       for (size_t n = keep.size(); k < 0 && n-- > 0;) {
         k = Place(i, keep.first(n));
-        if (k < 0 && WriteOutDirty(keep.first(n), kAllDirty, keep)) {
+        if (k < 0 && MakeRoom(need, keep.first(n))) {
           STRATA_RETURN_IF_ERROR(WaitAllIo());
           k = Place(i, keep.first(n));
         }
       }
       if (k < 0) {
-        return InternalError(
-            "nvme optimizer state: no room for sub-group " + std::to_string(i) + " (" +
-            std::to_string(swapper_->state_bytes(swap_index_[static_cast<size_t>(i)])) +
-            " bytes) in " + std::to_string(region_bytes_) +
-            " bytes of buffers with no I/O in flight");
+        return InternalError("nvme optimizer state: no room for sub-group " + std::to_string(i) +
+                             " (" + std::to_string(need) + " bytes) in " +
+                             std::to_string(region_bytes_) +
+                             " bytes of buffers with no I/O in flight");
       }
     }
     if (need_contents) {
@@ -412,7 +489,7 @@ Status NvmeOptimizerState::WriteBack(int i) {
 
 Status NvmeOptimizerState::DrainAsync() {
   if (drain_hook_) drain_hook_();
-  WriteOutDirty({}, kAllDirty, {});
+  WriteOutAllDirty();
   Status first;
   for (size_t k = 0; k < slots_.size(); ++k) {
     Slot& s = slots_[k];
@@ -461,7 +538,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
   for (size_t k = 0; k < todo.size() && s.ok(); ++k) {
     const int i = todo[k];
     const std::span<const int> rest(todo.data() + k, todo.size() - k);
-    const std::span<const int> window = Window(rest);
+    const std::vector<int> window = Window(rest);
     bool helps = false;
     s = ReadAhead(window, &helps);  // the next reads in flight during this update
     if (!s.ok()) break;

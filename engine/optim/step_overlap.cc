@@ -123,6 +123,8 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   }
   params_written_.clear();
   write_back_error_ = Status::Ok();
+  // Note [Gradients of resident states] (grad_region.cc): held only for final updates (below).
+  if (o_.nvme_opt != nullptr) o_.nvme_opt->set_hold_grads(false);
   // The norm's chunk sums of an earlier step that did not reach its norm (a failed step) are
   // stale: forgotten before the worker takes this step's.
   if (o_.nvme_opt != nullptr) o_.nvme_opt->ForgetGradChecks();
@@ -157,6 +159,9 @@ Status StepOverlap::Begin(const OverlapStepArgs& args) {
   }
   backward_ended_.store(false);
   active_ = true;
+  // The updates are final: the gradients of the sub-groups whose states are in the buffers stay
+  // in memory for them (Note [Gradients of resident states] in grad_region.cc).
+  if (o_.nvme_opt != nullptr && !args.speculative) o_.nvme_opt->set_hold_grads(true);
   cv_.notify_all();  // NVMe: read ahead
   return Status::Ok();
 }
@@ -494,7 +499,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // Deferred updates come after the norm: nothing to sum for it.
     const bool fused = nvme->fuses_updates() && !args_.deferred;
     if (!fused && !args_.deferred) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
-    const std::span<const int> keep = nvme->Window(wanted);
+    const std::vector<int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
     t0 = OverlapNowMs();  // the Adam time, without the wait for the read
@@ -509,6 +514,10 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
                                                     v->params, v->exp_avg, v->exp_avg_sq, dst,
                                                     o_.copy_dtype, /*grad_checks=*/fused));
     STRATA_RETURN_IF_ERROR(nvme->WriteBack(i).WithContext("overlapped step"));  // left in flight
+    // A final update is the last reader of its gradients: their chunks may leave the region's
+    // buffers unwritten (Note [Gradients of resident states] in grad_region.cc).
+    if (!args_.speculative)
+      STRATA_RETURN_IF_ERROR(nvme->ConsumeGrads(i).WithContext("overlapped step"));
   }
   const double ms = OverlapNowMs() - t0;
   if (o_.tracer != nullptr && o_.tracer->enabled()) {

@@ -192,6 +192,8 @@ Status StepOverlap::Settle(StepBreakdown* b) {
       const GradRegion::Stats rs = region->TakeStats();  // the updates' gradient reads
       b->nvme_read_bytes += rs.bytes_read;
       b->nvme_write_bytes += rs.bytes_written;
+      b->grad_region_read_bytes += rs.bytes_read;
+      b->grad_region_write_bytes += rs.bytes_written;
     }
   }
   if (first.ok() && std::find(final_.begin(), final_.end(), 0) != final_.end()) {

@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -52,9 +53,15 @@ uint64_t StateBytes(const SubGroup& g) {
 class NvmeSlotsBySizeTest : public ::testing::Test {
  protected:
   void Start(size_t buffers, bool checksums, uint64_t seed, bool write_back = true) {
-    layout_ = OneLargeFourSmall();
-    groups_ = layout_.SubGroups(90'000);
-    ASSERT_EQ(groups_.size(), 5u);
+    ASSERT_NO_FATAL_FAILURE(
+        StartOn(OneLargeFourSmall(), 90'000, 5, buffers, checksums, seed, write_back));
+  }
+  // The same on `layout` cut into sub-groups of sub_group_numel (expected: `groups` of them).
+  void StartOn(PartitionLayout layout, size_t sub_group_numel, size_t groups, size_t buffers,
+               bool checksums, uint64_t seed, bool write_back = true) {
+    layout_ = std::move(layout);
+    groups_ = layout_.SubGroups(sub_group_numel);
+    ASSERT_EQ(groups_.size(), groups);
     n_ = layout_.partition_numel();
     dir_ = std::make_unique<ScratchDir>();
     ref_ = CpuTierReference(layout_);
@@ -249,7 +256,8 @@ TEST_F(NvmeSlotsBySizeTest, EveryOrderKeepsTheCpuTiersBits) {
         const std::span<const int> rest(order.data() + j, order.size() - j);
         bool helps = false;
         ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
-        const std::span<const int> keep = s_->Window(rest).first(std::min<size_t>(2, rest.size()));
+        const auto window = s_->Window(rest);
+        const std::span<const int> keep(window.data(), std::min<size_t>(2, window.size()));
         ASSERT_NO_FATAL_FAILURE(Update(rest[0], keep, step));
       }
       ASSERT_EQ(StateDiffers(*s_, *ref_, n_), "") << "step " << step;
@@ -278,6 +286,44 @@ TEST_F(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeep
     EXPECT_GT(s_->TakeAsyncStats().bytes_read, AllStateBytes());
     EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
   }
+}
+
+// Resident states stay (Note [Resident states stay] in engine/optim/optimizer_nvme_async.cc):
+// six equal sub-groups, three buffers (room for three states), every step in the backward's order
+// (the last sub-group first) with the worker's calls. A step starts with the three states the
+// last one updated last still in the buffers; it reads the three it lacks, and the first one it
+// needs takes the room of the state it needs last, which it then reads again: 6 - 3 + 1 = 4
+// states read and 4 written a step, never all six. Before, the first read-ahead of a step wrote
+// out the states the last step left and read them back at the end: six of each a step.
+TEST_F(NvmeSlotsBySizeTest, StatesLeftInTheBuffersAreNotReadAgainByTheNextStep) {
+  const std::vector<size_t> numels(6, 100'000);
+  ASSERT_NO_FATAL_FAILURE(
+      StartOn(PartitionLayout::Create(numels, 1, 0, 64).value(), 90'000, 6, 3, true, 17));
+  const uint64_t one = StateBytes(groups_[0]);
+  for (const SubGroup& g : groups_) ASSERT_EQ(StateBytes(g), one);
+  const std::vector<int> order = {5, 4, 3, 2, 1, 0};
+  for (int step = 1; step <= 4; ++step) {
+    ASSERT_NO_FATAL_FAILURE(BeginStep(step));
+    s_->TakeAsyncStats();
+    for (size_t j = 0; j < order.size(); ++j) {
+      const std::span<const int> rest(order.data() + j, order.size() - j);
+      bool helps = false;
+      ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
+      ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
+    }
+    const NvmeOptimizerState::AsyncStats st = s_->TakeAsyncStats();
+    if (step == 1) {  // nothing in the buffers yet; three states stay dirty
+      EXPECT_EQ(st.bytes_read, 6 * one);
+      EXPECT_EQ(st.bytes_written, 3 * one);
+    } else {
+      EXPECT_EQ(st.bytes_read, 4 * one) << "step " << step;
+      EXPECT_EQ(st.bytes_written, 4 * one) << "step " << step;
+    }
+    EXPECT_EQ(s_->dirty_bytes(), 3 * one) << "step " << step;
+    ASSERT_THAT(s_->SettleWrites(), IsOk());
+  }
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
+  EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
 
 }  // namespace

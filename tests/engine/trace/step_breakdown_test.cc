@@ -24,6 +24,7 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   b.backward_ms = 40;
   b.h2d_bytes = 1 << 20;
   b.forward_h2d_bytes = 1 << 19;
+  b.grad_region_write_bytes = 1 << 18;
   a += b;
   EXPECT_EQ(a.total_ms, 200);
   EXPECT_EQ(a.backward_ms, 40);
@@ -40,7 +41,9 @@ TEST(StepBreakdownTest, SumsPrintsAndSerialisesItsParts) {
   EXPECT_EQ(j.at("collective_bytes").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("overlapped_adam_ms").get<double>(), 14);
   EXPECT_EQ(j.at("forward_h2d_bytes").get<uint64_t>(), uint64_t{1} << 19);
-  EXPECT_EQ(j.size(), 16u);
+  EXPECT_EQ(j.at("grad_region_write_bytes").get<uint64_t>(), uint64_t{1} << 18);
+  EXPECT_EQ(j.at("grad_region_read_bytes").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.size(), 18u);
 }
 
 }  // namespace
