@@ -371,6 +371,9 @@ class NvmeOptimizerState {
   float* grad_ = nullptr;
   // With a gradient region: it, and the sub-group gradients read from it (grad_slab_, sized by
   // the largest sub-group; which sub-group it holds, -1: none).
+  // The gradient region's own queue (Note [A queue for the gradients] in optimizer_nvme.cc):
+  // before region_, which uses it until destroyed.
+  std::unique_ptr<AioHandle> region_aio_;
   std::unique_ptr<GradRegion> region_;
   int region_grads_of_ = -1;
   // Sub-group i's gradients: grad_ + its begin, or read from the region into grad_slab_.

@@ -52,27 +52,59 @@ OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
 // it wants, the first state it needs takes the room of the one it wants last (AcquireState gives
 // up the kept copies needed last first), and each later one the room of a state this step has
 // updated. Which room goes: Note [Room for a state].
+// Note [Room to read ahead]
+// Kept without a limit, the resident states a step wants later filled the buffers: at
+// bench/scale's 22 layers (state 13.4 GB, 1.2 GB of buffers) each deferred update of the forward
+// found no room but the one it freed itself, so it wrote the state updated before it, then read
+// its own (24 + 14 ms), then its gradients, then ran Adam, with nothing read ahead (three states
+// were in flight before [Resident states stay]). So where the buffers hold a quarter of the
+// state or less, the resident states are kept, those wanted soonest first, only as far as they
+// leave room for the next states to read (two of the largest, at most half the buffers): those
+// wanted last go first, as AcquireState would let them go once the room is needed. Where the
+// buffers hold more, keeping saves more than the reserve would cost, and all are kept. The
+// read-ahead then makes that room a write at a time as I/O completes (Note [Reads while waiting] in
+// step_overlap.cc).
 std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   if (slot_of_.empty()) return {};
-  uint64_t used = 0;
-  for (const int w : wanted) {
+  auto bytes_of = [&](int w) -> uint64_t {
     const int idx = swap_index_[static_cast<size_t>(w)];
-    if (idx >= 0 && slot_of_[static_cast<size_t>(w)] >= 0) used += swapper_->state_bytes(idx);
+    return idx < 0 ? 0 : swapper_->state_bytes(idx);
+  };
+  auto resident = [&](int w) {
+    return swap_index_[static_cast<size_t>(w)] >= 0 && slot_of_[static_cast<size_t>(w)] >= 0;
+  };
+  uint64_t largest = 0, all = 0;
+  for (const int w : wanted) largest = std::max(largest, bytes_of(w));
+  for (size_t g = 0; g < swap_index_.size(); ++g) all += bytes_of(static_cast<int>(g));
+  // Only where the buffers hold a quarter of the state or less: keeping saves at most that share
+  // of a step's bytes, and the reserve costs a few states of it.
+  const uint64_t reserve =
+      all >= 4 * region_bytes_ ? std::min<uint64_t>(region_bytes_ / 2, 2 * largest) : 0;
+  uint64_t ahead = 0;  // the next states to read, in order, up to the reserve
+  for (const int w : wanted) {
+    if (resident(w) || swap_index_[static_cast<size_t>(w)] < 0) continue;
+    if (ahead + bytes_of(w) > reserve) break;
+    ahead += bytes_of(w);
+  }
+  std::vector<char> in(wanted.size(), 0);
+  uint64_t used = ahead;  // Note [Resident states stay], within the reserve
+  for (size_t n = 0; n < wanted.size(); ++n) {
+    if (!resident(wanted[n]) || used + bytes_of(wanted[n]) > region_bytes_) continue;
+    used += bytes_of(wanted[n]);
+    in[n] = 1;
+  }
+  used -= ahead;
+  for (size_t n = 0; n < wanted.size(); ++n) {
+    if (resident(wanted[n])) continue;
+    const uint64_t b = bytes_of(wanted[n]);
+    if (used + b > region_bytes_) break;  // the reads go in the order wanted: none past it
+    used += b;
+    in[n] = 1;
   }
   std::vector<int> out;
   out.reserve(wanted.size());
-  bool full = false;
-  for (const int w : wanted) {
-    const int idx = swap_index_[static_cast<size_t>(w)];
-    if (idx >= 0 && slot_of_[static_cast<size_t>(w)] >= 0) {
-      out.push_back(w);
-      continue;
-    }
-    const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
-    full = full || used + b > region_bytes_;
-    if (full) continue;  // the reads go in the order wanted: none past the first that waits
-    used += b;
-    out.push_back(w);
+  for (size_t n = 0; n < wanted.size(); ++n) {
+    if (in[n] != 0) out.push_back(wanted[n]);
   }
   return out;
 }

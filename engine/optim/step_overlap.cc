@@ -350,6 +350,15 @@ void StepOverlap::Push(size_t g) {
 // read goes first (the others' reads are in flight meanwhile: the queue's order is only the order
 // the gradients arrived, and each update is independent of the others).
 //
+// Note [Reads while waiting]
+// An update read ahead once and then blocked on its own state, so the room that writes in flight
+// gave back while it waited, and while Adam ran, stayed unused until the next update's
+// read-ahead; and a read-ahead makes room for one state at a time (Note [Room for a state]).
+// Now, until its own state is resident, the worker waits for the oldest I/O in flight and reads
+// ahead again as each one completes, and once its state is there it reads ahead once more before
+// Adam runs, so the next states' reads and evictions keep the queue busy while it computes
+// (Note [Room to read ahead] in optimizer_nvme_async.cc). Only when I/O is issued changes; the
+// updates and their order do not.
 // Note [Overlapped NVMe pipeline]
 // The worker alternates between two kinds of work. A ready sub-group (its gradients are on the
 // host): the next reads go in flight first (ReadAhead: it, then the other ready ones, then the
@@ -493,6 +502,13 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The next reads go in flight first; then only this sub-group's own read is waited for.
     bool helps = false;
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    // Note [Reads while waiting]
+    while (!nvme->Resident(i)) {
+      Result<bool> waited = nvme->WaitOldestIo(true);
+      if (!waited.ok()) return waited.status().WithContext("overlapped step");
+      if (!*waited) break;  // nothing in flight: AcquireState makes the room
+      STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    }
     // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
     // not sum them after backward: fused into the update's tiles (the gradients in cache), or
     // else now, while its read may still be in flight.
@@ -502,6 +518,8 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     const std::vector<int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
+    // The reads the room now allows go out before Adam runs (Note [Reads while waiting]).
+    STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
     t0 = OverlapNowMs();  // the Adam time, without the wait for the read
     if (kept != nullptr) {
       if (copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
