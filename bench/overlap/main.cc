@@ -84,7 +84,8 @@ struct Options {
   double clip = 0.0;
   bool no_checksums = false;
   bool no_defer = false;
-  int64_t nvme_grad_chunk = -1;  // strata.nvme_grad_chunk (-1: the engine's default)
+  int64_t nvme_grad_chunk = -1;   // strata.nvme_grad_chunk (-1: the engine's default)
+  int64_t swap_chunk_bytes = -1;  // strata.swap_chunk_bytes (-1: the engine's default)
   std::string trace;
   int64_t buffer_count = 4;
   int64_t max_in_cpu = -1;
@@ -183,6 +184,7 @@ int Run(const Options& o) {
     so.checksums = !o.no_checksums;
     so.deferred_updates = !o.no_defer;
     so.nvme_grad_chunk = o.nvme_grad_chunk;
+    so.swap_chunk_bytes = o.swap_chunk_bytes;
     so.buffer_count = o.buffer_count;
     so.max_in_cpu = name == "nvme" ? 0 : o.max_in_cpu;  // every parameter streamed
     so.param_buffer_size = o.param_buffer_size;
@@ -332,6 +334,9 @@ int main(int argc, char** argv) {
   flags.Int("nvme-grad-chunk", &o.nvme_grad_chunk,
             "strata.nvme_grad_chunk in bytes for both schedules (0: the gradient partition in "
             "pinned CPU memory, no NVMe gradient region; -1: the engine's default)");
+  flags.Int("swap-chunk-bytes", &o.swap_chunk_bytes,
+            "strata.swap_chunk_bytes for both schedules: the optimizer's swap units, so the "
+            "buffers' size (-1: the engine's default, 64 MiB)");
   flags.Bool("no-defer", &o.no_defer,
              "strata.deferred_updates false in the overlapped schedule (measures what deferring "
              "the step's updates into the next forward buys)");

@@ -109,6 +109,7 @@ std::string ConfigJson(const SizeOptions& o, const Schedule& s, uint64_t device_
             {"aio", {{"queue_depth", o.aio_queue_depth}, {"block_size", o.aio_block_size}}}};
   if (s.overlapped && !o.trace.empty()) c["strata"]["trace_path"] = o.trace;
   if (o.nvme_grad_chunk >= 0) c["strata"]["nvme_grad_chunk"] = o.nvme_grad_chunk;
+  if (o.swap_chunk_bytes >= 0) c["strata"]["swap_chunk_bytes"] = o.swap_chunk_bytes;
   return c.dump();
 }
 
@@ -293,6 +294,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["swap_checksums"] = o.checksums;
   j["deferred_updates"] = o.deferred_updates;
   j["nvme_grad_chunk"] = o.nvme_grad_chunk;
+  j["swap_chunk_bytes"] = o.swap_chunk_bytes;
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;

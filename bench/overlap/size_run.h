@@ -32,6 +32,8 @@ struct SizeOptions {
   bool deferred_updates = true;
   // strata.nvme_grad_chunk (bytes; 0: no NVMe gradient region); < 0: the engine's default.
   int64_t nvme_grad_chunk = -1;
+  // strata.swap_chunk_bytes (bytes of state per swap unit); < 0: the engine's default.
+  int64_t swap_chunk_bytes = -1;
   std::string dir;           // swap files go under dir/<name>/{overlapped,serial}
   double memcpy_gbps = 0;    // measured once by the caller
   double checksum_gbps = 0;  // the swap checksum's speed, measured once by the caller

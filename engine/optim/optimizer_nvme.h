@@ -324,6 +324,8 @@ class NvmeOptimizerState {
     bool sums_ready = false;
     // kValid and newer than NVMe, its write not started (Note [Write-back]).
     bool dirty = false;
+    // When its state was last handed back updated (WriteBack's count; 0: not since it came).
+    uint64_t updated = 0;
   };
   Status EnsureSlots();
   void FreeSlot(size_t k);
@@ -410,6 +412,7 @@ class NvmeOptimizerState {
   bool HoldsGrads(size_t flat_begin, size_t flat_end) const;
   size_t region_bytes_ = 0;  // the swapper's region
   uint64_t io_seq_ = 0;
+  uint64_t update_seq_ = 0;  // WriteBacks so far (Slot::updated)
   AsyncStats async_stats_;
   std::function<void()> drain_hook_;
 };

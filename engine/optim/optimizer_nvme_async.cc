@@ -282,11 +282,18 @@ void NvmeOptimizerState::StartWrite(size_t k) {
 
 // Note [Room for a state]
 // A state takes a contiguous range of the region (Note [Slots by size]). When no free range fits
-// it, the range to clear is the one that costs least: every copy in it is a state to read again
-// later (its bytes) and a dirty one a write now (its bytes again); a copy in `keep` or a read in
-// flight is never in it. Only the dirty copies of that range are written (the room is free once
-// their writes are done), not every dirty copy: a state written out but left in its buffer was
-// written for nothing if it is updated again before its room is needed (Note [Write-back]).
+// it, the range to clear holds no copy in `keep` and no read in flight, and of those the one whose
+// oldest copy was updated last: the copies not kept are the states this step has updated, which
+// the next step wants again in the same order, so the one updated last is wanted last (Belady's
+// choice), and the states updated first stay for the next step's start (a simulation of the
+// compute size's order, 8 states in 277 MB: 179 MB a step, 210 MB choosing the fewest bytes).
+// Ties go to the range that costs least: every copy in it is a state to read again later (its
+// bytes) and a dirty one a write now (its bytes again). A range whose writes are under way already
+// goes before any that needs new ones (a write started for a room not taken is a write for
+// nothing). Only the dirty copies of that range are
+// written (the room is free once their writes are done), not every dirty copy: a state written out
+// but left in its buffer was written for nothing if it is updated again before its room is needed
+// (Note [Write-back]).
 bool NvmeOptimizerState::MakeRoom(size_t need_bytes, std::span<const int> keep) {
   if (need_bytes > region_bytes_) return false;
   std::vector<size_t> used;  // records holding a range, by offset
@@ -298,14 +305,15 @@ bool NvmeOptimizerState::MakeRoom(size_t need_bytes, std::span<const int> keep) 
   auto blocks = [&](const Slot& s) {
     return s.state == Slot::State::kReading || Contains(keep, s.sg);
   };
-  uint64_t best_cost = UINT64_MAX;
+  uint64_t best_cost = UINT64_MAX, best_oldest = 0;
+  bool best_writes = true;
   size_t best_start = 0;
   // A range that clears the least starts at the region's start or where a copy ends.
   for (size_t c = 0; c <= used.size(); ++c) {
     const size_t start = c == 0 ? 0 : slots_[used[c - 1]].offset + slots_[used[c - 1]].bytes;
     if (start + need_bytes > region_bytes_) continue;
-    uint64_t cost = 0;
-    bool ok = true;
+    uint64_t cost = 0, oldest = UINT64_MAX;
+    bool ok = true, writes = false;
     for (size_t u = c; u < used.size() && slots_[used[u]].offset < start + need_bytes; ++u) {
       const Slot& s = slots_[used[u]];
       if (s.offset + s.bytes <= start) continue;
@@ -314,9 +322,17 @@ bool NvmeOptimizerState::MakeRoom(size_t need_bytes, std::span<const int> keep) 
         break;
       }
       cost += s.bytes + (s.state == Slot::State::kValid && s.dirty ? s.bytes : 0);
+      oldest = std::min(oldest, s.updated);
+      writes |= s.state == Slot::State::kValid && s.dirty;
     }
-    if (ok && cost < best_cost) {
+    // A range whose writes are under way already (no new write) first, else the choice above.
+    const bool better = best_cost == UINT64_MAX || (best_writes && !writes) ||
+                        (best_writes == writes &&
+                         (oldest > best_oldest || (oldest == best_oldest && cost < best_cost)));
+    if (ok && better) {
       best_cost = cost;
+      best_oldest = oldest;
+      best_writes = writes;
       best_start = start;
     }
   }
@@ -512,9 +528,11 @@ Status NvmeOptimizerState::WriteBack(int i) {
   if (options_.write_back) {
     // On NVMe before anything can read it there (Note [Write-back]), so it counts as written.
     s.dirty = true;
+    s.updated = ++update_seq_;
     written_[static_cast<size_t>(i)] = true;
     return Status::Ok();
   }
+  s.updated = ++update_seq_;
   StartWrite(static_cast<size_t>(at));
   return Status::Ok();
 }
