@@ -58,11 +58,12 @@ OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
 // found no room but the one it freed itself, so it wrote the state updated before it, then read
 // its own (24 + 14 ms), then its gradients, then ran Adam, with nothing read ahead (three states
 // were in flight before [Resident states stay]). So where the buffers hold a quarter of the
-// state or less, the resident states are kept, those wanted soonest first, only as far as they
-// leave room for the next states to read (two of the largest, at most half the buffers): those
-// wanted last go first, as AcquireState would let them go once the room is needed. Where the
-// buffers hold more, keeping saves more than the reserve would cost, and all are kept. The
-// read-ahead then makes that room a write at a time as I/O completes (Note [Reads while waiting] in
+// state or less, the window is first the prefix of `wanted` up to two of the largest states to
+// read (at most half the buffers), with the resident states that come before them, and only then
+// the resident states wanted later, in what room is left: those wanted last go first, as
+// AcquireState would let them go once the room is needed. Where the buffers hold more, keeping
+// saves more than the reserve would cost, and every resident state is kept first. The read-ahead
+// makes that room a write at a time as I/O completes (Note [Reads while waiting] in
 // step_overlap.cc).
 std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   if (slot_of_.empty()) return {};
@@ -80,26 +81,40 @@ std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   // of a step's bytes, and the reserve costs a few states of it.
   const uint64_t reserve =
       all >= 4 * region_bytes_ ? std::min<uint64_t>(region_bytes_ / 2, 2 * largest) : 0;
-  uint64_t ahead = 0;  // the next states to read, in order, up to the reserve
-  for (const int w : wanted) {
-    if (resident(w) || swap_index_[static_cast<size_t>(w)] < 0) continue;
-    if (ahead + bytes_of(w) > reserve) break;
-    ahead += bytes_of(w);
-  }
+  // The prefix of `wanted` whose states are kept or read first: resident ones as they come, and
+  // states to read up to the reserve (the first is kept whatever the room: it may be the state
+  // being updated, Note [Reads while waiting]).
   std::vector<char> in(wanted.size(), 0);
-  uint64_t used = ahead;  // Note [Resident states stay], within the reserve
-  for (size_t n = 0; n < wanted.size(); ++n) {
-    if (!resident(wanted[n]) || used + bytes_of(wanted[n]) > region_bytes_) continue;
-    used += bytes_of(wanted[n]);
-    in[n] = 1;
-  }
-  used -= ahead;
-  for (size_t n = 0; n < wanted.size(); ++n) {
-    if (resident(wanted[n])) continue;
+  uint64_t used = 0, ahead = 0;
+  size_t n = 0;
+  for (; n < wanted.size(); ++n) {
     const uint64_t b = bytes_of(wanted[n]);
+    if (swap_index_[static_cast<size_t>(wanted[n])] < 0) {
+      in[n] = 1;
+    } else if (resident(wanted[n])) {
+      if (n > 0 && used + b > region_bytes_) break;
+      used += b;
+      in[n] = 1;
+    } else {
+      if (ahead + b > reserve || used + b > region_bytes_) break;
+      ahead += b;
+      used += b;
+      in[n] = 1;
+    }
+  }
+  // Then the other resident states, soonest wanted first (Note [Resident states stay]), and then
+  // further reads in order, as far as the room goes.
+  for (size_t m = n; m < wanted.size(); ++m) {
+    if (!resident(wanted[m]) || used + bytes_of(wanted[m]) > region_bytes_) continue;
+    used += bytes_of(wanted[m]);
+    in[m] = 1;
+  }
+  for (size_t m = n; m < wanted.size(); ++m) {
+    if (in[m] != 0 || resident(wanted[m])) continue;
+    const uint64_t b = bytes_of(wanted[m]);
     if (used + b > region_bytes_) break;  // the reads go in the order wanted: none past it
     used += b;
-    in[n] = 1;
+    in[m] = 1;
   }
   std::vector<int> out;
   out.reserve(wanted.size());
@@ -391,11 +406,25 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
   // the read-ahead keeps (a step's start: the buffers full of states the last step left), takes
   // the room of those needed last now, as its AcquireState would once its gradients are there:
   // the same bytes, read while the forward (or the backward before its first update) runs.
-  if (!wanted.empty()) {
+  // With room kept to read ahead (Note [Room to read ahead]) the state needed next is in the
+  // window but may still find no range free of kept copies (they lie scattered): the same then.
+  if (!wanted.empty() && swap_index_[static_cast<size_t>(wanted.front())] >= 0 &&
+      slot_of_[static_cast<size_t>(wanted.front())] < 0) {
     const int w = wanted.front();
-    if (swap_index_[static_cast<size_t>(w)] >= 0 && slot_of_[static_cast<size_t>(w)] < 0 &&
-        !Contains(window, w)) {
-      const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
+    const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
+    bool placed = false;
+    if (Contains(window, w)) {
+      const int k = Place(w, window);
+      if (k >= 0) {
+        StartRead(w, static_cast<size_t>(k));
+        in_flight = true;
+        placed = true;
+      } else if (MakeRoom(need, window)) {
+        *waiting_helps = true;
+        return Status::Ok();
+      }
+    }
+    if (!placed) {
       for (size_t n = window.size() + 1; n-- > 0;) {
         const std::span<const int> keep = std::span<const int>(window).first(n);
         const int k = Place(w, keep);
