@@ -95,6 +95,24 @@ class NvmeSlotsBySizeTest : public ::testing::Test {
                 IsOk());
     ASSERT_THAT(s_->WriteBack(i), IsOk());
   }
+  // `count` sub-groups of 100'000 elements each, `buffers` buffers: the state bytes of each.
+  uint64_t StartEqual(size_t count, size_t buffers, uint64_t seed) {
+    const std::vector<size_t> numels(count, 100'000);
+    StartOn(PartitionLayout::Create(numels, 1, 0, 64).value(), 90'000, count, buffers, true, seed);
+    if (HasFatalFailure() || groups_.empty()) return 0;
+    const uint64_t one = StateBytes(groups_[0]);
+    for (const SubGroup& g : groups_) EXPECT_EQ(StateBytes(g), one);
+    return one;
+  }
+  // The worker's calls for a step in `order`: read ahead for the rest, then update the first.
+  void UpdateInOrder(const std::vector<int>& order, int step) {
+    for (size_t j = 0; j < order.size(); ++j) {
+      const std::span<const int> rest(order.data() + j, order.size() - j);
+      bool helps = false;
+      ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
+      ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
+    }
+  }
   uint64_t AllStateBytes() const {
     uint64_t all = 0;
     for (const SubGroup& g : groups_) all += StateBytes(g);
@@ -296,21 +314,13 @@ TEST_F(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeep
 // states read and 4 written a step, never all six. Before, the first read-ahead of a step wrote
 // out the states the last step left and read them back at the end: six of each a step.
 TEST_F(NvmeSlotsBySizeTest, StatesLeftInTheBuffersAreNotReadAgainByTheNextStep) {
-  const std::vector<size_t> numels(6, 100'000);
-  ASSERT_NO_FATAL_FAILURE(
-      StartOn(PartitionLayout::Create(numels, 1, 0, 64).value(), 90'000, 6, 3, true, 17));
-  const uint64_t one = StateBytes(groups_[0]);
-  for (const SubGroup& g : groups_) ASSERT_EQ(StateBytes(g), one);
+  uint64_t one = 0;
+  ASSERT_NO_FATAL_FAILURE(one = StartEqual(6, 3, 17));
   const std::vector<int> order = {5, 4, 3, 2, 1, 0};
   for (int step = 1; step <= 4; ++step) {
     ASSERT_NO_FATAL_FAILURE(BeginStep(step));
     s_->TakeAsyncStats();
-    for (size_t j = 0; j < order.size(); ++j) {
-      const std::span<const int> rest(order.data() + j, order.size() - j);
-      bool helps = false;
-      ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
-      ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
-    }
+    ASSERT_NO_FATAL_FAILURE(UpdateInOrder(order, step));
     const NvmeOptimizerState::AsyncStats st = s_->TakeAsyncStats();
     if (step == 1) {  // nothing in the buffers yet; three states stay dirty
       EXPECT_EQ(st.bytes_read, 6 * one);
@@ -331,11 +341,7 @@ TEST_F(NvmeSlotsBySizeTest, StatesLeftInTheBuffersAreNotReadAgainByTheNextStep) 
 // find them), two states' room is left for the next reads: the first two sub-groups are read ahead
 // before any update. Keeping every resident state, only the first one was.
 TEST_F(NvmeSlotsBySizeTest, ResidentStatesLeaveRoomToReadTwoAheadWhenTheStateIsLarge) {
-  const std::vector<size_t> numels(20, 100'000);
-  ASSERT_NO_FATAL_FAILURE(
-      StartOn(PartitionLayout::Create(numels, 1, 0, 64).value(), 90'000, 20, 4, true, 23));
-  const uint64_t one = StateBytes(groups_[0]);
-  for (const SubGroup& g : groups_) ASSERT_EQ(StateBytes(g), one);
+  ASSERT_NO_FATAL_FAILURE(StartEqual(20, 4, 23));
   ASSERT_NO_FATAL_FAILURE(BeginStep(1));
   bool helps = false;
   const std::vector<int> last = {16, 17, 18, 19};
@@ -352,12 +358,7 @@ TEST_F(NvmeSlotsBySizeTest, ResidentStatesLeaveRoomToReadTwoAheadWhenTheStateIsL
   }
   EXPECT_TRUE(s_->Resident(0));
   EXPECT_TRUE(s_->Resident(1));
-  // The updates keep the CPU tier's bits.
-  for (size_t j = 0; j < order.size(); ++j) {
-    const std::span<const int> rest(order.data() + j, order.size() - j);
-    ASSERT_THAT(s_->ReadAhead(rest, &helps), IsOk());
-    ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), 1));
-  }
+  ASSERT_NO_FATAL_FAILURE(UpdateInOrder(order, 1));  // the updates keep the CPU tier's bits
   ASSERT_THAT(s_->DrainAsync(), IsOk());
   EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
