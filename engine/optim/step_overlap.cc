@@ -502,6 +502,12 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     // The next reads go in flight first; then only this sub-group's own read is waited for.
     bool helps = false;
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
+    // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
+    // not sum them after backward: fused into the update's tiles (the gradients in cache), or
+    // else now, while its read may still be in flight.
+    // Deferred updates come after the norm: nothing to sum for it.
+    const bool fused = nvme->fuses_updates() && !args_.deferred;
+    if (!fused && !args_.deferred) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     // Note [Reads while waiting]
     while (!nvme->Resident(i)) {
       Result<bool> waited = nvme->WaitOldestIo(true);
@@ -509,12 +515,6 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
       if (!*waited) break;  // nothing in flight: AcquireState makes the room
       STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
     }
-    // The norm's and the overflow check's chunk sums of its (final) gradients, so the step does
-    // not sum them after backward: fused into the update's tiles (the gradients in cache), or
-    // else now, while its read may still be in flight.
-    // Deferred updates come after the norm: nothing to sum for it.
-    const bool fused = nvme->fuses_updates() && !args_.deferred;
-    if (!fused && !args_.deferred) nvme->PrecomputeGradChecks(sg.flat_begin, sg.flat_end);
     const std::vector<int> keep = nvme->Window(wanted);
     Result<OptimizerSwapper::StateView> v = nvme->AcquireState(i, keep, true);
     if (!v.ok()) return v.status().WithContext("overlapped step");
