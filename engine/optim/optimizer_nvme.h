@@ -343,7 +343,10 @@ class NvmeOptimizerState {
   // Starts the writes of the dirty copies in the cheapest range of need_bytes that holds no copy
   // in `keep` and no read in flight (Note [Room for a state]); whether that range has a write in
   // flight now (waiting for the oldest I/O then helps). False when there is no such range.
-  bool MakeRoom(size_t need_bytes, std::span<const int> keep);
+  // With `taken`, the ranges in it (offset, bytes: rooms made for earlier states of the same
+  // read-ahead) are not chosen again, and the chosen one is added to it.
+  bool MakeRoom(size_t need_bytes, std::span<const int> keep,
+                std::vector<std::pair<size_t, size_t>>* taken = nullptr);
   // Starts the write of every dirty copy (the drain).
   void WriteOutAllDirty();
   // Waits for every I/O in flight (the first error).

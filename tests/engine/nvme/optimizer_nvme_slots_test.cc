@@ -113,6 +113,14 @@ class NvmeSlotsBySizeTest : public ::testing::Test {
       ASSERT_NO_FATAL_FAILURE(Update(rest[0], s_->Window(rest), step));
     }
   }
+  // Waits for every read and write in flight.
+  void WaitIo() {
+    while (true) {
+      auto waited = s_->WaitOldestIo(true);
+      ASSERT_THAT(waited.status(), IsOk());
+      if (!*waited) return;
+    }
+  }
   uint64_t AllStateBytes() const {
     uint64_t all = 0;
     for (const SubGroup& g : groups_) all += StateBytes(g);
@@ -359,6 +367,36 @@ TEST_F(NvmeSlotsBySizeTest, ResidentStatesLeaveRoomToReadTwoAheadWhenTheStateIsL
   EXPECT_TRUE(s_->Resident(0));
   EXPECT_TRUE(s_->Resident(1));
   ASSERT_NO_FATAL_FAILURE(UpdateInOrder(order, 1));  // the updates keep the CPU tier's bits
+  ASSERT_THAT(s_->DrainAsync(), IsOk());
+  EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
+}
+
+// Note [Rooms together]: with the buffers full of states updated last step (dirty, not in the
+// window), one read-ahead starts the writes that make room for both states it reads ahead, and
+// once those are done the next one reads both. Making one room per call wrote one state here.
+TEST_F(NvmeSlotsBySizeTest, OneReadAheadMakesTheRoomOfEveryStateItReadsAhead) {
+  const uint64_t one = StartEqual(20, 4, 29);
+  ASSERT_NO_FATAL_FAILURE(BeginStep(1));
+  std::vector<int> order(20);
+  for (int i = 0; i < 20; ++i) order[static_cast<size_t>(i)] = i;
+  ASSERT_NO_FATAL_FAILURE(UpdateInOrder(order, 1));
+  ASSERT_NO_FATAL_FAILURE(WaitIo());
+  // The last step's states fill the buffers, written back only when their room is needed.
+  ASSERT_EQ(s_->dirty_bytes(), 4 * one);
+  ASSERT_NO_FATAL_FAILURE(BeginStep(2));
+  s_->TakeAsyncStats();
+  bool helps = false;
+  ASSERT_THAT(s_->ReadAhead(order, &helps), IsOk());
+  EXPECT_TRUE(helps);
+  NvmeOptimizerState::AsyncStats st = s_->TakeAsyncStats();
+  EXPECT_EQ(st.bytes_written, 2 * one);  // the rooms of states 0 and 1
+  EXPECT_EQ(st.bytes_read, 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitIo());
+  ASSERT_THAT(s_->ReadAhead(order, &helps), IsOk());
+  st = s_->TakeAsyncStats();
+  EXPECT_EQ(st.bytes_read, 2 * one);  // both reads in flight together
+  EXPECT_EQ(st.bytes_written, 0u);
+  ASSERT_NO_FATAL_FAILURE(UpdateInOrder(order, 2));  // the same bits as the CPU tier
   ASSERT_THAT(s_->DrainAsync(), IsOk());
   EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
