@@ -413,7 +413,8 @@ class NvmeOptimizerState {
   // Whether every sub-group holding an element of [flat_begin, flat_end) has its state in the
   // buffers (the region's hold, with hold_grads_ on).
   bool HoldsGrads(size_t flat_begin, size_t flat_end) const;
-  size_t region_bytes_ = 0;  // the swapper's region
+  size_t region_bytes_ = 0;       // the swapper's region
+  uint64_t all_state_bytes_ = 0;  // every sub-group's state (set with the slots)
   uint64_t io_seq_ = 0;
   uint64_t update_seq_ = 0;  // WriteBacks so far (Slot::updated)
   AsyncStats async_stats_;

@@ -28,6 +28,8 @@ Status NvmeOptimizerState::EnsureSlots() {
   if (!slots_.empty()) return Status::Ok();
   STRATA_RETURN_IF_ERROR(swapper_->PrepareBuffers().WithContext("offload_optimizer nvme"));
   region_bytes_ = swapper_->region_bytes();
+  all_state_bytes_ = 0;
+  for (const int idx : swap_index_) all_state_bytes_ += idx < 0 ? 0 : swapper_->state_bytes(idx);
   slots_.assign(std::max<size_t>(static_cast<size_t>(swapper_->num_sub_groups()), 1), Slot{});
   slot_of_.assign(groups_.size(), -1);
   return Status::Ok();
@@ -63,8 +65,8 @@ OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
 // the resident states wanted later, in what room is left: those wanted last go first, as
 // AcquireState would let them go once the room is needed. Where the buffers hold more, keeping
 // saves more than the reserve would cost, and every resident state is kept first. The read-ahead
-// makes that room a write at a time as I/O completes (Note [Reads while waiting] in
-// step_overlap.cc).
+// makes that room as I/O completes, every state's at once (Note [Rooms together], Note [Reads
+// while waiting] in step_overlap.cc).
 std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   if (slot_of_.empty()) return {};
   auto bytes_of = [&](int w) -> uint64_t {
@@ -74,13 +76,13 @@ std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   auto resident = [&](int w) {
     return swap_index_[static_cast<size_t>(w)] >= 0 && slot_of_[static_cast<size_t>(w)] >= 0;
   };
-  uint64_t largest = 0, all = 0;
+  uint64_t largest = 0;
   for (const int w : wanted) largest = std::max(largest, bytes_of(w));
-  for (size_t g = 0; g < swap_index_.size(); ++g) all += bytes_of(static_cast<int>(g));
   // Only where the buffers hold a quarter of the state or less: keeping saves at most that share
   // of a step's bytes, and the reserve costs a few states of it.
-  const uint64_t reserve =
-      all >= 4 * region_bytes_ ? std::min<uint64_t>(region_bytes_ / 2, 2 * largest) : 0;
+  const uint64_t reserve = all_state_bytes_ >= 4 * region_bytes_
+                               ? std::min<uint64_t>(region_bytes_ / 2, 2 * largest)
+                               : 0;
   // The prefix of `wanted` whose states are kept or read first: resident ones as they come, and
   // states to read up to the reserve (the first is kept whatever the room: it may be the state
   // being updated, Note [Reads while waiting]).
@@ -416,43 +418,30 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
   // the same bytes, read while the forward (or the backward before its first update) runs.
   // With room kept to read ahead (Note [Room to read ahead]) the state needed next is in the
   // window but may still find no range free of kept copies (they lie scattered): the same then.
-  std::vector<std::pair<size_t, size_t>> taken;  // rooms being made (Note [Rooms together])
-  bool waits = false;
-  int front_waits = -1;
-  if (!wanted.empty() && swap_index_[static_cast<size_t>(wanted.front())] >= 0 &&
-      slot_of_[static_cast<size_t>(wanted.front())] < 0) {
-    const int w = wanted.front();
-    const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
-    bool placed = false;
-    if (Contains(window, w)) {
-      const int k = Place(w, window);
+  const int front = !wanted.empty() && swap_index_[static_cast<size_t>(wanted.front())] >= 0 &&
+                            slot_of_[static_cast<size_t>(wanted.front())] < 0
+                        ? wanted.front()
+                        : -1;
+  auto give_up_kept = [&]() {
+    const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(front)]);
+    for (size_t n = window.size() + 1; n-- > 0;) {
+      const std::span<const int> keep = std::span<const int>(window).first(n);
+      const int k = Place(front, keep);
       if (k >= 0) {
-        StartRead(w, static_cast<size_t>(k));
-        in_flight = true;
-        placed = true;
-      } else if (MakeRoom(need, window, &taken)) {
-        // Its room is being made: the later states' rooms too (Note [Rooms together]).
-        *waiting_helps = in_flight = waits = placed = true;
-        front_waits = w;
+        StartRead(front, static_cast<size_t>(k));
+        *waiting_helps = true;
+        return;
+      }
+      if (MakeRoom(need, keep)) {
+        *waiting_helps = true;
+        return;
       }
     }
-    if (!placed) {
-      for (size_t n = window.size() + 1; n-- > 0;) {
-        const std::span<const int> keep = std::span<const int>(window).first(n);
-        const int k = Place(w, keep);
-        if (k >= 0) {
-          StartRead(w, static_cast<size_t>(k));
-          *waiting_helps = true;
-          return Status::Ok();
-        }
-        if (MakeRoom(need, keep)) {
-          *waiting_helps = true;
-          return Status::Ok();
-        }
-      }
-      *waiting_helps = in_flight;
-      return Status::Ok();
-    }
+    *waiting_helps = in_flight;
+  };
+  if (front >= 0 && !Contains(window, front)) {
+    give_up_kept();
+    return Status::Ok();
   }
   // Note [Rooms together]
   // Once a state of the window finds no room, the copies not in the window make it (Note [Room
@@ -462,8 +451,10 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
   // next call) left one eviction in flight: at bench/scale's 22 layers each state's read went out
   // only during the update before its own, a write's time after that update's room was asked
   // for. The reads still go out in the window's order: none is placed after a state that waits.
+  std::vector<std::pair<size_t, size_t>> taken;  // the rooms being made by this call
+  bool waits = false;
   for (const int w : window) {
-    if (swap_index_[static_cast<size_t>(w)] < 0 || w == front_waits) continue;  // empty, or done
+    if (swap_index_[static_cast<size_t>(w)] < 0) continue;  // empty
     const int at = slot_of_[static_cast<size_t>(w)];
     if (at >= 0) {
       if (slots_[static_cast<size_t>(at)].state != Slot::State::kValid) *waiting_helps = true;
@@ -479,7 +470,12 @@ Status NvmeOptimizerState::ReadAhead(std::span<const int> wanted, bool* waiting_
       waits = true;
     }
     const size_t need = swapper_->state_bytes(swap_index_[static_cast<size_t>(w)]);
-    in_flight |= MakeRoom(need, window, &taken);
+    const bool made = MakeRoom(need, window, &taken);
+    if (!made && w == front) {  // no range free of kept copies (Note [The next state's room])
+      give_up_kept();
+      return Status::Ok();
+    }
+    in_flight |= made;
     *waiting_helps |= in_flight;
   }
   return Status::Ok();
@@ -576,14 +572,13 @@ Status NvmeOptimizerState::WriteBack(int i) {
       return v.WithContext("offload_optimizer nvme: read sub-group " + std::to_string(i));
     }
   }
+  s.updated = ++update_seq_;
   if (options_.write_back) {
     // On NVMe before anything can read it there (Note [Write-back]), so it counts as written.
     s.dirty = true;
-    s.updated = ++update_seq_;
     written_[static_cast<size_t>(i)] = true;
     return Status::Ok();
   }
-  s.updated = ++update_seq_;
   StartWrite(static_cast<size_t>(at));
   return Status::Ok();
 }

@@ -353,7 +353,7 @@ void StepOverlap::Push(size_t g) {
 // Note [Reads while waiting]
 // An update read ahead once and then blocked on its own state, so the room that writes in flight
 // gave back while it waited, and while Adam ran, stayed unused until the next update's
-// read-ahead; and a read-ahead makes room for one state at a time (Note [Room for a state]).
+// read-ahead (which makes the rooms it can: Note [Rooms together]).
 // Now, until its own state is resident, the worker waits for the oldest I/O in flight and reads
 // ahead again as each one completes, and once its state is there it reads ahead once more before
 // Adam runs, so the next states' reads and evictions keep the queue busy while it computes
