@@ -161,6 +161,10 @@ Status StepOverlap::Settle(StepBreakdown* b) {
   Status first;
   {
     std::unique_lock lock(mu_);
+    // The updates left still run; the read-ahead for the next phases stops (the worker does not
+    // wait for its I/O while this thread waits for the worker).
+    read_ahead_on_ = false;
+    cv_.notify_all();
     for (;;) {
       done_cv_.wait(lock, [&] { return (processed_ == pushed_ && !busy_) || ring_pending_ > 0; });
       if (processed_ == pushed_ && !busy_ && ring_pending_ == 0) break;

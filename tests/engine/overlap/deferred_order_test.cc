@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -91,6 +94,98 @@ TEST(DeferredOrderTest, DeferredSubGroupsAreUpdatedInTheOrderTheForwardGathersTh
     longest = std::max(longest, order.size());
   }
   EXPECT_GE(longest, 2u) << "no step deferred two sub-groups or more: the order is not tested";
+}
+
+// Note [Wanted across the phases] (engine/optim/step_overlap.cc): once the forward's deferred
+// updates are done, the worker reads ahead the states the next phases update (the sub-groups this
+// step updated, wanted again next), instead of leaving the disk idle until the next backward
+// begins. The test pauses between each Forward and Backward, so the read-ahead has the time it
+// would have while a larger model's forward runs; before, nothing was wanted then and no state
+// was read until the backward. Two state buffers for more sub-groups: some next state is always
+// on NVMe only.
+TEST(DeferredOrderTest, TheNextPhasesStatesAreReadDuringTheForwardOnceTheDeferredUpdatesAreDone) {
+  ScratchDir dir;
+  const std::string trace = dir.File("trace.json");
+  auto comm = testing::MakeLocalComm();
+  auto device = testing::MakeHostDevice();
+  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
+  const std::string zero =
+      "\"stage\": 3, \"sub_group_size\": 100000, \"reduce_bucket_size\": 40000, "
+      "\"stage3_param_persistence_threshold\": 200, \"offload_optimizer\": {\"device\": "
+      "\"nvme\", \"pin_memory\": false, \"nvme_path\": \"" +
+      dir.File("opt") +
+      "\", \"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}";
+  Config config = testing::MakeConfig(2, 1, zero,
+                                      "\"strata\": {\"trace_path\": \"" + trace +
+                                          "\", \"overlap_step\": true, \"deferred_updates\": "
+                                          "true},");
+  EngineInit init;
+  init.init_param = testing::TestInit(5);
+  const testing::TokenData data = testing::RandomTokens(7, 5, 2, 16, 256);
+  int sub_groups = 0;
+  {
+    auto engine = Engine::Initialize(*model, config, *comm, *device, init);
+    ASSERT_THAT(engine.status(), IsOk());
+    for (size_t s = 0; s < 5; ++s) {
+      ASSERT_THAT((*engine)->Forward(data.Batch(s)), IsOk());
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ASSERT_THAT((*engine)->Backward(), IsOk());
+      ASSERT_THAT((*engine)->Step(), IsOk());
+    }
+    ASSERT_THAT((*engine)->Synchronize(), IsOk());
+    ASSERT_GT((*engine)->deferred_sub_groups(), 0) << "no sub-group was deferred";
+    ASSERT_THAT((*engine)->FlushTrace(), IsOk());
+  }
+  const testing::ParsedTrace t = testing::ParseTrace(trace);
+  std::vector<double> defers, backwards;
+  std::vector<nlohmann::json> updates, reads;
+  for (const nlohmann::json& e : t.spans) {
+    const std::string name = e.at("name");
+    if (name == "defer updates") defers.push_back(Ts(e));
+    if (name == "backward") backwards.push_back(Ts(e));
+    if (name == "overlapped sub-group") {
+      updates.push_back(e);
+      sub_groups = std::max(sub_groups, SubGroup(e) + 1);
+    }
+    if (name == "state read") reads.push_back(e);
+  }
+  ASSERT_GT(sub_groups, 2) << "the two buffers hold every state: nothing to read ahead";
+  std::sort(defers.begin(), defers.end());
+  std::sort(backwards.begin(), backwards.end());
+  // For each pause: the sub-group updated first after it (by the next backward, or else by the
+  // next deferral) must not wait for a read issued after the pause (before or during its
+  // update): its state is in the buffers or was read during it. And in some pause that read is seen
+  // (else nothing was tested).
+  size_t checked = 0, read_in_pause = 0;
+  std::string late;
+  for (const double d : defers) {
+    const auto next = std::upper_bound(backwards.begin(), backwards.end(), d);
+    if (next == backwards.end()) continue;
+    const double end = *next;
+    double deferred_end = -1;
+    const nlohmann::json* first_after = nullptr;
+    for (const nlohmann::json& u : updates) {
+      if (Ts(u) >= d && Ts(u) < end) {
+        deferred_end = std::max(deferred_end, Ts(u) + u.at("dur").get<double>());
+      }
+      if (Ts(u) >= end && (first_after == nullptr || Ts(u) < Ts(*first_after))) first_after = &u;
+    }
+    if (deferred_end < 0 || first_after == nullptr) continue;
+    ++checked;
+    const int f = SubGroup(*first_after);
+    for (const nlohmann::json& r : reads) {
+      if (SubGroup(r) != f) continue;
+      if (Ts(r) >= deferred_end && Ts(r) < end) ++read_in_pause;
+      if (Ts(r) >= end && Ts(r) < Ts(*first_after) + first_after->at("dur").get<double>()) {
+        late += " sub-group " + std::to_string(f) + " read " + std::to_string((Ts(r) - end) / 1e3) +
+                " ms after the next backward began;";
+      }
+    }
+  }
+  ASSERT_GT(checked, 0u) << "no forward ran deferred updates";
+  EXPECT_EQ(late, "") << "the next phase's first state was not read ahead during the forward";
+  EXPECT_GT(read_in_pause, 0u)
+      << "no next phase's first state was read during a pause: nothing was tested";
 }
 
 }  // namespace
