@@ -30,28 +30,39 @@ using ::strata::testing::ScratchDir;
 double Ts(const nlohmann::json& e) { return e.at("ts").get<double>(); }
 int SubGroup(const nlohmann::json& e) { return e.at("args").at("sub_group").get<int>(); }
 
-TEST(DeferredOrderTest, DeferredSubGroupsAreUpdatedInTheOrderTheForwardGathersThem) {
+// The tiny Llama at stage 3, sub-groups of 100000 elements, the optimizer state on NVMe in two
+// buffers (so the backward leaves several sub-groups for the next forward), deferred updates on,
+// traced to `trace`; five batches.
+class DeferredOrderTest : public ::testing::Test {
+ protected:
+  Result<std::unique_ptr<Engine>> Start() {
+    const std::string zero =
+        "\"stage\": 3, \"sub_group_size\": 100000, \"reduce_bucket_size\": 40000, "
+        "\"stage3_param_persistence_threshold\": 200, \"offload_optimizer\": {\"device\": "
+        "\"nvme\", \"pin_memory\": false, \"nvme_path\": \"" +
+        dir.File("opt") +
+        "\", \"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}";
+    const Config config =
+        testing::MakeConfig(2, 1, zero,
+                            "\"strata\": {\"trace_path\": \"" + trace +
+                                "\", \"overlap_step\": true, \"deferred_updates\": true},");
+    EngineInit init;
+    init.init_param = testing::TestInit(5);
+    return Engine::Initialize(*model, config, *comm, *device, init);
+  }
   ScratchDir dir;
   const std::string trace = dir.File("trace.json");
-  auto comm = testing::MakeLocalComm();
-  auto device = testing::MakeHostDevice();
-  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
-  const std::string zero =
-      "\"stage\": 3, \"sub_group_size\": 100000, \"reduce_bucket_size\": 40000, "
-      "\"stage3_param_persistence_threshold\": 200, \"offload_optimizer\": {\"device\": "
-      "\"nvme\", \"pin_memory\": false, \"nvme_path\": \"" +
-      dir.File("opt") +
-      "\", \"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}";
-  Config config = testing::MakeConfig(2, 1, zero,
-                                      "\"strata\": {\"trace_path\": \"" + trace +
-                                          "\", \"overlap_step\": true, \"deferred_updates\": "
-                                          "true},");
-  EngineInit init;
-  init.init_param = testing::TestInit(5);
+  std::unique_ptr<Communicator> comm = testing::MakeLocalComm();
+  std::unique_ptr<Device> device = testing::MakeHostDevice();
+  std::unique_ptr<llama::LlamaForCausalLM> model =
+      testing::MakeTinyModel(device.get(), DType::kFloat32);
   const testing::TokenData data = testing::RandomTokens(7, 5, 2, 16, 256);
+};
+
+TEST_F(DeferredOrderTest, DeferredSubGroupsAreUpdatedInTheOrderTheForwardGathersThem) {
   int64_t deferred = 0;
   {
-    auto engine = Engine::Initialize(*model, config, *comm, *device, init);
+    auto engine = Start();
     ASSERT_THAT(engine.status(), IsOk());
     testing::TrainAndGather(**engine, data, 5, 1);
     ASSERT_THAT((*engine)->Synchronize(), IsOk());
@@ -103,28 +114,10 @@ TEST(DeferredOrderTest, DeferredSubGroupsAreUpdatedInTheOrderTheForwardGathersTh
 // would have while a larger model's forward runs; before, nothing was wanted then and no state
 // was read until the backward. Two state buffers for more sub-groups: some next state is always
 // on NVMe only.
-TEST(DeferredOrderTest, TheNextPhasesStatesAreReadDuringTheForwardOnceTheDeferredUpdatesAreDone) {
-  ScratchDir dir;
-  const std::string trace = dir.File("trace.json");
-  auto comm = testing::MakeLocalComm();
-  auto device = testing::MakeHostDevice();
-  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
-  const std::string zero =
-      "\"stage\": 3, \"sub_group_size\": 100000, \"reduce_bucket_size\": 40000, "
-      "\"stage3_param_persistence_threshold\": 200, \"offload_optimizer\": {\"device\": "
-      "\"nvme\", \"pin_memory\": false, \"nvme_path\": \"" +
-      dir.File("opt") +
-      "\", \"buffer_count\": 2}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}";
-  Config config = testing::MakeConfig(2, 1, zero,
-                                      "\"strata\": {\"trace_path\": \"" + trace +
-                                          "\", \"overlap_step\": true, \"deferred_updates\": "
-                                          "true},");
-  EngineInit init;
-  init.init_param = testing::TestInit(5);
-  const testing::TokenData data = testing::RandomTokens(7, 5, 2, 16, 256);
+TEST_F(DeferredOrderTest, TheNextPhasesStatesAreReadDuringTheForwardOnceTheDeferredUpdatesAreDone) {
   int sub_groups = 0;
   {
-    auto engine = Engine::Initialize(*model, config, *comm, *device, init);
+    auto engine = Start();
     ASSERT_THAT(engine.status(), IsOk());
     for (size_t s = 0; s < 5; ++s) {
       ASSERT_THAT((*engine)->Forward(data.Batch(s)), IsOk());
