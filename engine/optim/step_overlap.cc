@@ -383,12 +383,17 @@ std::vector<int> StepOverlap::WantedLocked(int first) const {
   const auto deferred_last = [&](size_t g) {
     return g < deferred_last_.size() && deferred_last_[g] != 0;
   };
-  for (size_t g = eligible_.size(); g-- > 0;) {  // the backward's order
-    if (rest(g) && !deferred_last(g)) w.push_back(static_cast<int>(g));
-  }
-  for (size_t g = 0; g < eligible_.size(); ++g) {  // Note [Deferred reads in order]
-    if (rest(g) && deferred_last(g)) w.push_back(static_cast<int>(g));
-  }
+  // The sub-groups `pick` takes in the order the phases reach them: the backward's (last first),
+  // then those the last Defer left, in flat order (Note [Deferred reads in order]).
+  const auto in_phase_order = [&](const auto& pick) {
+    for (size_t g = eligible_.size(); g-- > 0;) {
+      if (pick(g) && !deferred_last(g)) w.push_back(static_cast<int>(g));
+    }
+    for (size_t g = 0; g < eligible_.size(); ++g) {
+      if (pick(g) && deferred_last(g)) w.push_back(static_cast<int>(g));
+    }
+  };
+  in_phase_order(rest);
   // Note [Wanted across the phases]
   // Then the sub-groups this step has updated, in the order the next phases need them again:
   // the backward's (last first), then the ones the next step will defer (flat order). Before,
@@ -404,15 +409,8 @@ std::vector<int> StepOverlap::WantedLocked(int first) const {
   // read a step. The idle worker now also waits for read-ahead I/O at a phase's end, so the
   // engine's Finish and Settle turn the read-ahead off first and the wait stops there (else the
   // engine waited for the worker's I/O: 33 ms at the end of a forward in a trace).
-  const auto done_here = [&](size_t g) {
-    return eligible_[g] && done_[g] != 0 && static_cast<int>(g) != first;
-  };
-  for (size_t g = eligible_.size(); g-- > 0;) {
-    if (done_here(g) && !deferred_last(g)) w.push_back(static_cast<int>(g));
-  }
-  for (size_t g = 0; g < eligible_.size(); ++g) {
-    if (done_here(g) && deferred_last(g)) w.push_back(static_cast<int>(g));
-  }
+  in_phase_order(
+      [&](size_t g) { return eligible_[g] && done_[g] != 0 && static_cast<int>(g) != first; });
   return w;
 }
 

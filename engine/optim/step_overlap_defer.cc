@@ -177,7 +177,6 @@ Status StepOverlap::Settle(StepBreakdown* b) {
       }
       lock.lock();
     }
-    read_ahead_on_ = false;
     in_order_ = false;
     done_cv_.wait(lock, [&] { return !busy_; });
   }
