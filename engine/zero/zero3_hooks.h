@@ -83,8 +83,7 @@ struct ZeroHooksOptions {
   // The host enqueues ahead of the device, and a released buffer returns to the device only
   // when its stream reaches the free: without a bound every module's gathered parameters and
   // gradient slots could be outstanding at once. When the bytes held plus those freed but not
-  // yet returned would pass these limits, the hooks first wait for the oldest of those frees
-  // until the rest fit (offload/device/pending_frees.h; 0: no limit).
+  // yet returned would pass these limits, the hooks wait for the streams first (0: no limit).
   // The engine sets them to what its memory plan counts (engine/plan/memory_plan.h).
   // gathered parameters (stage3_max_live_parameters): also the bound of the pool of gathered
   // buffers, free ones included (0: no pool, a buffer allocated and freed per gather)
