@@ -104,11 +104,7 @@ void ZeroHooks::AddLive(uint64_t bytes) {
 }
 
 Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
-  // The bytes fit the limit but may find no free block: every free still queued on the streams
-  // (slots, gathered parameters, activations) returns its memory first, as the hooks waited for
-  // at every throttle before Note [Waiting for the oldest frees].
-  const Stream streams[] = {o_.compute, o_.comm_stream};
-  Result<void*> slot = pending_.Allocate(bytes, streams);
+  Result<void*> slot = o_.device->Allocate(bytes);
   if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory || pool_ == nullptr ||
       pool_->free_bytes() == 0) {
     return slot;
@@ -118,9 +114,13 @@ Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
 }
 
 Status ZeroHooks::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
-  if (limit == 0 || held + pending_.bytes() + bytes <= limit) return Status::Ok();
-  // Note [Waiting for the oldest frees] (offload/device/pending_frees.cc).
-  return pending_.WaitUntilAtMost(held + bytes < limit ? limit - held - bytes : 0);
+  if (limit == 0 || pending_free_bytes_ == 0 || held + pending_free_bytes_ + bytes <= limit) {
+    return Status::Ok();
+  }
+  STRATA_RETURN_IF_ERROR(o_.compute.Synchronize());
+  if (o_.comm_stream.valid()) STRATA_RETURN_IF_ERROR(o_.comm_stream.Synchronize());
+  pending_free_bytes_ = 0;
+  return Status::Ok();
 }
 
 Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {
@@ -362,13 +362,13 @@ Status ZeroHooks::Release(size_t i) {
   STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
   live_bytes_ -= st.full_bytes;
   param_bytes_ -= st.full_bytes;
-  const uint64_t freed = pool_->pooling() ? 0 : st.full_bytes;
+  if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
   gathered_numel_ -= o_.layout->slices()[i].numel;
   st.full = nullptr;
   st.full_bytes = 0;
   st.rows_only = false;
   o_.params[i]->set_data(nullptr);
-  return pending_.Add(o_.compute, freed);
+  return Status::Ok();
 }
 
 void ZeroHooks::AddTo(StepBreakdown* b) {
@@ -438,8 +438,9 @@ Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
   STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(stream, slot));
   live_bytes_ -= numel * sizeof(float);
   slot_bytes_ -= numel * sizeof(float);
+  pending_free_bytes_ += numel * sizeof(float);
   state_[i].slot = nullptr;
-  return pending_.Add(stream, numel * sizeof(float));
+  return Status::Ok();
 }
 
 Status ZeroHooks::FinishBackward() {
@@ -487,10 +488,9 @@ Status ZeroHooks::RefillPersistent(size_t i) {
     STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
     live_bytes_ -= st.full_bytes;
     param_bytes_ -= st.full_bytes;
-    const uint64_t freed = pool_->pooling() ? 0 : st.full_bytes;
+    if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
     st.full = nullptr;
     st.full_bytes = 0;
-    STRATA_RETURN_IF_ERROR(pending_.Add(o_.compute, freed));
   }
   // On the compute stream: the step wrote the shards there, and nothing runs ahead to overlap.
   st.gathered = 1;

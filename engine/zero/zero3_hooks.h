@@ -60,7 +60,6 @@
 #include "engine/zero/param_store.h"
 #include "nn/modules/module.h"
 #include "offload/device/device.h"
-#include "offload/device/pending_frees.h"
 
 namespace strata {
 
@@ -158,7 +157,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
     bool rows_only = false;     // gathered as its touched rows (Note [Rows only])
     bool stale = false;         // persistent, re-gathered at its next use (RegatherPersistent)
   };
-  explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o), pending_(o.device) {}
+  explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
   Status Gather(size_t i);
   // Takes a buffer and enqueues the shard copy + all-gather of parameter i on `stream`.
   Status Fill(size_t i, const Stream& stream);
@@ -184,8 +183,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   void AddLive(uint64_t bytes);
   // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first.
   Result<void*> AllocateSlot(size_t bytes);
-  // When `held + pending + bytes` would pass `limit` (see the options), waits for the oldest
-  // pending frees until it does not (offload/device/pending_frees.h).
+  // Waits for the streams when `held + pending + bytes` would pass `limit` (see the options).
   Status Throttle(uint64_t held, uint64_t bytes, uint64_t limit);
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
 
@@ -194,7 +192,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   std::unordered_map<const nn::Module*, std::vector<size_t>> uses_;
   uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   uint64_t param_bytes_ = 0, slot_bytes_ = 0;  // held now, by kind
-  PendingFrees pending_;                       // freed in stream order, not yet seen returned
+  uint64_t pending_free_bytes_ = 0;            // freed in stream order since the last wait
   uint64_t gathered_numel_ = 0, peak_gathered_numel_ = 0;
   std::unique_ptr<ParamCoordinator> coord_;
   // Stage 3 (Note [Gather stream]).
