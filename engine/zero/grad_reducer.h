@@ -46,10 +46,12 @@ using SlotDoneFn = std::function<Status(const Stream& stream, size_t param, floa
 // slices). For a parameter in the host part `stream` is the reducer's host-add stream.
 using ReducedFn = std::function<Status(const Stream& stream, size_t param)>;
 
-// Pinned staging buffers of the host target: how many, and the elements of each — one bucket's
-// shard (ceil(bucket_numel / world), at least kGradStagingMinNumel), never more than the largest
-// shard; the largest shard when bucket_numel is 0. The memory plan uses the same figures.
-inline constexpr size_t kGradStagingBuffers = 2;
+// Pinned staging buffers of the host target: how many, and the elements of each — half of one
+// bucket's shard (ceil(bucket_numel / world), at least kGradStagingMinNumel), never more than
+// half the largest shard (half the largest shard when bucket_numel is 0), and at least
+// kGradStagingMinNumel unless that whole is smaller: the pinned bytes of two whole buffers, in
+// four (Note [Four half buffers] in grad_reducer.cc). The memory plan uses the same figures.
+inline constexpr size_t kGradStagingBuffers = 4;
 inline constexpr size_t kGradStagingMinNumel = 4096;
 size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world);
 

@@ -273,14 +273,16 @@ TEST(GradPinTest, DeviceBytesPlanAndCopiesFollowTheLayout) {
             TierOf(*po_dev, PlanTier::kDevice) - TierOf(*po_off, PlanTier::kDevice);
         const uint64_t device_part = split == 0 ? 0 : Round256(12 * split) + Round256(4 * split);
         EXPECT_EQ(planned_drop, Round256(16 * n) - device_part) << FormatPlanItems(*po_off);
-        const uint64_t staging_bytes = kGradStagingBuffers * 20480;  // 5000 floats, 4 KiB pages
+        // Four buffers of half the 5000-float bucket, raised to the 4096-float minimum: 16 KiB.
+        const uint64_t staging_bytes = 4 * 16384;
         EXPECT_EQ(so.cpu_bytes - one->engine->stats().cpu_bytes, staging_bytes);
         EXPECT_EQ(PlanCpuBytes(*po_off) - PlanCpuBytes(*po_one), staging_bytes)
             << FormatPlanItems(*po_off);
         size_t max_shard = 1;
         for (const ShardSlice& s : layout.slices()) max_shard = std::max(max_shard, s.shard_numel);
         ASSERT_GT(max_shard, 5000u);  // the staging chunks are smaller than the largest shard
-        EXPECT_EQ(GradStagingNumel(max_shard, 5000, 1), 5000u);
+        EXPECT_EQ(GradStagingNumel(max_shard, 5000, 1), 4096u);
+        EXPECT_EQ(GradStagingNumel(max_shard, 20000, 1), 10000u);  // half a bucket above it
         const uint64_t host_bytes = gas * 4 * HostShardNumel(layout, split);
         EXPECT_EQ(po_off->traffic.device_to_host_bytes, host_bytes);
 
