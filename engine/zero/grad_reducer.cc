@@ -51,16 +51,16 @@ constexpr size_t kMaxTimedCopies = 4096;  // timing event pairs kept between two
 // of a whole bucket shard each the copy could run one chunk ahead of the add, and the add's host
 // thread shares the cores with the compute, the CPU Adam and the link copies: in bench/overlap's
 // io size with every state resident the gradient D2H (the backward's bottleneck on the link)
-// waited 12.9 ms a step for adds. Four buffers of half the size hold the same pinned bytes and
-// let the copy run three half chunks ahead.
+// waited 12.9 ms a step for adds. Four buffers of half the size hold the same pinned bytes (above
+// the minimum) and let the copy run three half chunks ahead.
 size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world) {
   const size_t largest = std::max<size_t>(max_shard_numel, 1);
   size_t whole = largest;
   if (bucket_numel != 0) {
     const size_t w = static_cast<size_t>(std::max(world, 1));
-    whole = std::min(largest, std::max((bucket_numel + w - 1) / w, kGradStagingMinNumel));
+    whole = std::min(largest, (bucket_numel + w - 1) / w);
   }
-  return std::max((whole + 1) / 2, std::min(whole, kGradStagingMinNumel));
+  return std::min(largest, std::max((whole + 1) / 2, kGradStagingMinNumel));
 }
 
 Result<std::unique_ptr<GradReducer>> GradReducer::Create(const GradReducerOptions& options) {

@@ -47,10 +47,10 @@ using SlotDoneFn = std::function<Status(const Stream& stream, size_t param, floa
 using ReducedFn = std::function<Status(const Stream& stream, size_t param)>;
 
 // Pinned staging buffers of the host target: how many, and the elements of each — half of one
-// bucket's shard (ceil(bucket_numel / world), at least kGradStagingMinNumel), never more than
-// half the largest shard (half the largest shard when bucket_numel is 0), and at least
-// kGradStagingMinNumel unless that whole is smaller: the pinned bytes of two whole buffers, in
-// four (Note [Four half buffers] in grad_reducer.cc). The memory plan uses the same figures.
+// bucket's shard (ceil(bucket_numel / world); the largest shard if smaller or bucket_numel is 0),
+// at least kGradStagingMinNumel, never more than the largest shard: two whole buffers' pinned
+// bytes in four (Note [Four half buffers] in grad_reducer.cc). The memory plan uses the same
+// figures.
 inline constexpr size_t kGradStagingBuffers = 4;
 inline constexpr size_t kGradStagingMinNumel = 4096;
 size_t GradStagingNumel(size_t max_shard_numel, size_t bucket_numel, int world);
