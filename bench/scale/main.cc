@@ -15,7 +15,8 @@
 // <= 1.3x the bound at the largest size. --json: rss_largest_over_smallest, peak_rss_over_budget,
 // step_over_bound, each size's bound and how it was formed. --quick: tiny sizes (the CI test).
 // Exit 0 when every size ran (targets met or not: the ratios say), 1 a size failed, 2 bad flags
-// or not enough disk.
+// or not enough disk for a size (checked for every size before any runs; --estimate-only says
+// which sizes do not fit and exits 0).
 #include <sys/statvfs.h>
 #include <tbb/global_control.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@ struct Args {
   bool json = false, quick = false, estimate_only = false;
   std::string sizes = "1b,2b,max";
   int64_t max_layers = 0, child_layers = 0;
+  uint64_t disk_free = 0;  // --disk-free: plan for this many free bytes instead of the dir's
 };
 
 // The planned NVMe bytes of `layers` layers (the disk check's measure).
@@ -146,7 +148,12 @@ int Run(Args a) {
   }
   struct statvfs vfs {};
   if (statvfs(o.dir.c_str(), &vfs) != 0) Die(2, "statvfs " + o.dir + " failed");
-  const double free_bytes = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+  const double dir_free = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize);
+  // --disk-free: an estimate may plan for another disk; a run never for more than this one has.
+  const double free_bytes = a.disk_free == 0 ? dir_free
+                            : a.estimate_only
+                                ? static_cast<double>(a.disk_free)
+                                : std::min(dir_free, static_cast<double>(a.disk_free));
   const double ram =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   // Planned NVMe bytes are affine in the layers (identical layers).
@@ -191,6 +198,8 @@ int Run(Args a) {
   if (!a.json) std::printf("scale: %s\n", line);
   const AioSpeed probe = Probe(o.dir);
   double estimate_s = 0;
+  std::string fit, misfit;  // the sizes the disk holds, and what those it does not would need
+  double most_needed = 0;
   for (const auto& [name, layers] : sizes) {
     const double state = static_cast<double>(PlannedNvme(a, layers));
     const StepTraffic t = PlannedTraffic(a, layers);
@@ -211,19 +220,39 @@ int Run(Args a) {
                     {"planned_nvme_bytes", state},
                     {"disk_needed_bytes", need},
                     {"nvme_state_over_ram", state / ram},
+                    {"fits_on_disk", need <= free_bytes},
                     {"estimated_nvme_s", est}});
     if (!a.json) {
       std::printf(
           "  %-4s %3lld layers %6.2fB params: NVMe state %.1f GiB (%.2fx RAM), needs %.1f GiB "
-          "free; ~%.0f s of NVMe traffic at aio r %.2f w %.2f GB/s\n",
+          "free%s; ~%.0f s of NVMe traffic at aio r %.2f w %.2f GB/s\n",
           name.c_str(), static_cast<long long>(layers),
-          static_cast<double>(mc.NumParameters()) / 1e9, Gib(state), state / ram, Gib(need), est,
-          probe.read_gbps, probe.write_gbps);
+          static_cast<double>(mc.NumParameters()) / 1e9, Gib(state), state / ram, Gib(need),
+          need > free_bytes ? " (more than the disk has)" : "", est, probe.read_gbps,
+          probe.write_gbps);
     }
     if (need > free_bytes) {
-      Die(2, "not enough disk for " + name + ": needs " + std::to_string(Gib(need)) +
-                 " GiB free in " + o.dir + ", has " + std::to_string(Gib(free_bytes)) + " GiB");
+      char what[160];
+      std::snprintf(what, sizeof(what), "%s%s needs %.1f GiB", misfit.empty() ? "" : ", ",
+                    name.c_str(), Gib(need));
+      misfit += what;
+      most_needed = std::max(most_needed, need);
+    } else {
+      fit += (fit.empty() ? "" : ",") + name;
     }
+  }
+  // Every size is checked before any runs: a run refuses the sizes this disk cannot hold, and an
+  // estimate says so (and exits 0: the estimate is complete either way).
+  std::string refusal;
+  if (!misfit.empty()) {
+    char head[256];
+    std::snprintf(head, sizeof(head), "not enough disk in %s (%.1f GiB free): ", o.dir.c_str(),
+                  Gib(free_bytes));
+    char tail[256];
+    std::snprintf(tail, sizeof(tail), "; make %.1f GiB free there, or ", Gib(most_needed));
+    refusal = head + misfit + tail +
+              (fit.empty() ? std::string("point --dir at a larger disk")
+                           : "run the sizes that fit: --sizes " + fit);
   }
   if (!a.json) {
     std::printf(
@@ -239,10 +268,15 @@ int Run(Args a) {
   out["largest_layers_the_disk_holds"] = max_layers;
   out["estimated_min_s"] = estimate_s;
   out["plan"] = plan;
+  out["sizes_that_fit"] = fit;
   if (a.estimate_only) {
+    if (!refusal.empty()) out["not_enough_disk"] = refusal;
     if (a.json) std::printf("%s\n", out.dump(2).c_str());
+    if (!a.json && !refusal.empty())
+      std::printf("scale: a run would be refused: %s\n", refusal.c_str());
     return 0;
   }
+  if (!refusal.empty()) Die(2, refusal);
   json results = json::array();
   bool failed = false;
   for (const auto& [name, layers] : sizes) {
@@ -327,6 +361,9 @@ int main(int argc, char** argv) {
   flags.Bool("estimate-only", &a.estimate_only, "check the disk, print the plan and the estimate");
   flags.String("sizes", &a.sizes, "sizes to run, of 1b, 2b, max (default all three)");
   flags.Int("max-layers", &a.max_layers, "cap the largest size's layers", 1, 100000);
+  flags.Bytes("disk-free", &a.disk_free,
+              "plan for this much free disk instead of what --dir's has (an estimate: any; a "
+              "run: at most what --dir's has)");
   flags.Int("child-layers", &a.child_layers, "(internal) run one size of N layers here", 1, 100000);
   flags.String("dir", &o.dir, "swap directory (default ./scale-swap; sizes' files removed)");
   flags.Int("steps", &o.steps, "optimizer steps per size", 2, 1000);
