@@ -113,16 +113,6 @@ Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
   return o_.device->Allocate(bytes);
 }
 
-Status ZeroHooks::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
-  if (limit == 0 || pending_free_bytes_ == 0 || held + pending_free_bytes_ + bytes <= limit) {
-    return Status::Ok();
-  }
-  STRATA_RETURN_IF_ERROR(o_.compute.Synchronize());
-  if (o_.comm_stream.valid()) STRATA_RETURN_IF_ERROR(o_.comm_stream.Synchronize());
-  pending_free_bytes_ = 0;
-  return Status::Ok();
-}
-
 Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {
   (void)ctx;  // gathers go on the gather stream, the rest on the compute stream (= ctx.stream)
   const std::vector<size_t>& used = ParamsOf(module);
@@ -246,7 +236,7 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
   const size_t padded = s.shard_numel * static_cast<size_t>(o_.comm->world_size()) * cbytes;
   const size_t alloc = o_.store->on_host() ? std::max(bytes, padded) : bytes;
   if (!pool_->pooling())
-    STRATA_RETURN_IF_ERROR(Throttle(param_bytes_, alloc, o_.param_limit_bytes));
+    STRATA_RETURN_IF_ERROR(pending_frees_.Throttle(param_bytes_, alloc, o_.param_limit_bytes));
   Result<void*> full = pool_->Take(alloc, g, param_bytes_);
   if (!full.ok()) {
     return full.status().WithContext("gathering " + p->name() + " (" + FormatBytes(bytes) + ")");
@@ -362,7 +352,7 @@ Status ZeroHooks::Release(size_t i) {
   STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
   live_bytes_ -= st.full_bytes;
   param_bytes_ -= st.full_bytes;
-  if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
+  if (!pool_->pooling()) STRATA_RETURN_IF_ERROR(pending_frees_.Note(o_.compute, st.full_bytes));
   gathered_numel_ -= o_.layout->slices()[i].numel;
   st.full = nullptr;
   st.full_bytes = 0;
@@ -395,7 +385,8 @@ Status ZeroHooks::AcquireSlot(size_t i) {
   if (st.slot != nullptr) return Status::Ok();  // a tied parameter's second user
   nn::Parameter* p = o_.params[i];
   const size_t numel = static_cast<size_t>(p->numel());
-  STRATA_RETURN_IF_ERROR(Throttle(slot_bytes_, numel * sizeof(float), o_.slot_limit_bytes));
+  STRATA_RETURN_IF_ERROR(
+      pending_frees_.Throttle(slot_bytes_, numel * sizeof(float), o_.slot_limit_bytes));
   Result<void*> slot = AllocateSlot(numel * sizeof(float));
   if (!slot.ok()) {
     return slot.status().WithContext("gradient slot of " + p->name() + " (" +
@@ -438,7 +429,7 @@ Status ZeroHooks::SlotDone(const Stream& stream, size_t i, float* slot) {
   STRATA_RETURN_IF_ERROR(o_.device->FreeAsync(stream, slot));
   live_bytes_ -= numel * sizeof(float);
   slot_bytes_ -= numel * sizeof(float);
-  pending_free_bytes_ += numel * sizeof(float);
+  STRATA_RETURN_IF_ERROR(pending_frees_.Note(stream, numel * sizeof(float)));
   state_[i].slot = nullptr;
   return Status::Ok();
 }
@@ -488,7 +479,7 @@ Status ZeroHooks::RefillPersistent(size_t i) {
     STRATA_RETURN_IF_ERROR(pool_->Give(st.full, st.full_bytes, o_.compute));
     live_bytes_ -= st.full_bytes;
     param_bytes_ -= st.full_bytes;
-    if (!pool_->pooling()) pending_free_bytes_ += st.full_bytes;
+    if (!pool_->pooling()) STRATA_RETURN_IF_ERROR(pending_frees_.Note(o_.compute, st.full_bytes));
     st.full = nullptr;
     st.full_bytes = 0;
   }

@@ -58,6 +58,7 @@
 #include "engine/zero/grad_reducer.h"
 #include "engine/zero/param_coordinator.h"
 #include "engine/zero/param_store.h"
+#include "engine/zero/pending_frees.h"
 #include "nn/modules/module.h"
 #include "offload/device/device.h"
 
@@ -82,7 +83,8 @@ struct ZeroHooksOptions {
   // The host enqueues ahead of the device, and a released buffer returns to the device only
   // when its stream reaches the free: without a bound every module's gathered parameters and
   // gradient slots could be outstanding at once. When the bytes held plus those freed but not
-  // yet returned would pass these limits, the hooks wait for the streams first (0: no limit).
+  // yet returned would pass these limits, the hooks wait for those frees first (0: no limit;
+  // engine/zero/pending_frees.h).
   // The engine sets them to what its memory plan counts (engine/plan/memory_plan.h).
   // gathered parameters (stage3_max_live_parameters): also the bound of the pool of gathered
   // buffers, free ones included (0: no pool, a buffer allocated and freed per gather)
@@ -157,7 +159,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
     bool rows_only = false;     // gathered as its touched rows (Note [Rows only])
     bool stale = false;         // persistent, re-gathered at its next use (RegatherPersistent)
   };
-  explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o) {}
+  explicit ZeroHooks(const ZeroHooksOptions& o) : o_(o), pending_frees_(o.device) {}
   Status Gather(size_t i);
   // Takes a buffer and enqueues the shard copy + all-gather of parameter i on `stream`.
   Status Fill(size_t i, const Stream& stream);
@@ -183,8 +185,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   void AddLive(uint64_t bytes);
   // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first.
   Result<void*> AllocateSlot(size_t bytes);
-  // Waits for the streams when `held + pending + bytes` would pass `limit` (see the options).
-  Status Throttle(uint64_t held, uint64_t bytes, uint64_t limit);
+
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
 
   ZeroHooksOptions o_;
@@ -192,7 +193,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   std::unordered_map<const nn::Module*, std::vector<size_t>> uses_;
   uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   uint64_t param_bytes_ = 0, slot_bytes_ = 0;  // held now, by kind
-  uint64_t pending_free_bytes_ = 0;            // freed in stream order since the last wait
+  PendingFrees pending_frees_;                 // freed in stream order, maybe not back yet
   uint64_t gathered_numel_ = 0, peak_gathered_numel_ = 0;
   std::unique_ptr<ParamCoordinator> coord_;
   // Stage 3 (Note [Gather stream]).
