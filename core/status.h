@@ -89,10 +89,14 @@ class [[nodiscard]] Result {
   }
 
   bool ok() const { return std::holds_alternative<T>(v_); }
-  const Status& status() const {
+  const Status& status() const& {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(v_);
   }
+  // On a temporary, by value: `STRATA_RETURN_IF_ERROR(Foo().status())` (or `const Status& s =
+  // Foo().status()`) would otherwise hold a reference into a Result destroyed at the end of the
+  // statement, and an error's message would be read from freed memory.
+  Status status() && { return ok() ? Status() : std::get<Status>(std::move(v_)); }
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }

@@ -1,6 +1,8 @@
 #include "core/status.h"
 
 #include <cerrno>
+#include <string>
+#include <type_traits>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +28,26 @@ TEST(StatusTest, PropagatesFirstErrorWithContext) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().WithContext("layer 3").ToString(), "InvalidArgument: layer 3: odd: 3");
+}
+
+// A message too long for the string's inline buffer: read after the Result is gone, it would be
+// freed memory (garbled text in the main tree, heap-use-after-free under ASan).
+Result<int> FailLong() { return OutOfMemoryError("device: " + std::string(200, 'x')); }
+
+Status ReturnStatusOfATemporary() {
+  STRATA_RETURN_IF_ERROR(FailLong().status());
+  return Status::Ok();
+}
+
+TEST(StatusTest, TheStatusOfATemporaryResultOutlivesIt) {
+  static_assert(std::is_same_v<decltype(FailLong().status()), Status>,
+                "status() of a temporary Result must be a value, not a reference into it");
+  const Status s = ReturnStatusOfATemporary();
+  EXPECT_EQ(s.code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(s.message(), "device: " + std::string(200, 'x'));
+  const Status& bound = FailLong().status();  // lifetime-extended
+  EXPECT_EQ(bound.message(), "device: " + std::string(200, 'x'));
+  EXPECT_EQ(Half(4).status().ok(), true);
 }
 
 TEST(StatusTest, TranslatesErrnoWithText) {
