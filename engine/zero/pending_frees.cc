@@ -13,9 +13,9 @@ namespace strata {
 // tail, the re-gather of lm_head: 12 ms of bench/overlap's io step with every state resident)
 // while the engine enqueued nothing; inside the backward likewise (every throttle traced there
 // had no slot held: the count, not the slots, passed the limit). Now each stream a free is
-// counted on records an event after it, and a throttle asks those events first (no wait), then
-// waits only for those not done: every counted free is done when it returns, as after the drain,
-// but the work enqueued after them is not waited for. So the memory an allocation then finds is
+// counted on records an event after it, and a throttle waits for those events (at once for those
+// done already): every counted free is done when it returns, as after the drain, but the work
+// enqueued after them is not waited for. So the memory an allocation then finds is
 // what it found after the drain, every counted free returned. (Waiting for the oldest frees only,
 // until the rest fit, let slots land between blocks still held and fragmented the device arena:
 // docs/infinity.md.) Same session, before / after, two runs each (`overlap --json --rounds 2`):
@@ -35,10 +35,7 @@ Status PendingFrees::Note(const Stream& stream, uint64_t bytes) {
 
 Status PendingFrees::Throttle(uint64_t held, uint64_t bytes, uint64_t limit) {
   if (limit == 0 || bytes_ == 0 || held + bytes_ + bytes <= limit) return Status::Ok();
-  for (const auto& [id, event] : events_) {
-    STRATA_ASSIGN_OR_RETURN(const bool done, event.Query());
-    if (!done) STRATA_RETURN_IF_ERROR(event.Synchronize());
-  }
+  for (const auto& [id, event] : events_) STRATA_RETURN_IF_ERROR(event.Synchronize());
   bytes_ = 0;
   return Status::Ok();
 }
