@@ -7,7 +7,9 @@
 // Thread safety: one thread (the engine's) calls it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -33,5 +35,11 @@ class PendingFrees {
   // Per stream (by id) frees were counted on: an event recorded after its last counted free.
   std::vector<std::pair<uint64_t, Event>> events_;
 };
+
+// A device allocation of `bytes` that, when the device is out of memory, waits for `streams`
+// (every free enqueued on them returns to the device, and coalesces) and tries once more (Note
+// [Room behind the frees in flight] in pending_frees.cc). Invalid streams are skipped.
+Result<void*> AllocateAfterFrees(Device* device, size_t bytes,
+                                 std::initializer_list<const Stream*> streams);
 
 }  // namespace strata

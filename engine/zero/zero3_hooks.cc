@@ -105,12 +105,14 @@ void ZeroHooks::AddLive(uint64_t bytes) {
 
 Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
   Result<void*> slot = o_.device->Allocate(bytes);
-  if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory || pool_ == nullptr ||
-      pool_->free_bytes() == 0) {
-    return slot;
+  if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory) return slot;
+  if (pool_ != nullptr && pool_->free_bytes() != 0) {
+    STRATA_RETURN_IF_ERROR(pool_->Trim());
+    slot = o_.device->Allocate(bytes);
+    if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory) return slot;
   }
-  STRATA_RETURN_IF_ERROR(pool_->Trim());
-  return o_.device->Allocate(bytes);
+  // Note [Room behind the frees in flight] (pending_frees.cc).
+  return AllocateAfterFrees(o_.device, bytes, {&o_.compute, &o_.comm_stream});
 }
 
 Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunContext& ctx) {

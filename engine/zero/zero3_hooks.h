@@ -183,7 +183,8 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // The pass is over for parameter i: its slot (zeroed if no module wrote it) goes to the reducer.
   Status SlotReady(size_t i);
   void AddLive(uint64_t bytes);
-  // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first.
+  // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first, then
+  // the frees in flight on the compute and comm streams are waited for (AllocateAfterFrees).
   Result<void*> AllocateSlot(size_t bytes);
 
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;

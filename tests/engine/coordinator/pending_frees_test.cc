@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
@@ -19,6 +20,8 @@ namespace strata {
 namespace {
 
 using ::strata::testing::IsOk;
+using ::strata::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -143,6 +146,38 @@ TEST_F(PendingFreesTest, EachStreamsLastFreeIsWaitedFor) {
   EXPECT_EQ(InUse(), 0u) << "the comm stream's free was not waited for";
   EXPECT_TRUE(later_work_pending) << "the throttle waited for the compute stream's later work";
   EXPECT_EQ(pending.bytes(), 0u);
+}
+
+// Note [Room behind the frees in flight]: two 4 MiB blocks freed on a stream that has not reached
+// the frees leave no 8 MiB block; the plain allocation is OutOfMemory, AllocateAfterFrees waits
+// for the stream and gets the block the two frees coalesce into. With the room really taken it
+// is still OutOfMemory (after the wait), not a hang or a loop.
+TEST_F(PendingFreesTest, AnAllocationShortOfABlockWaitsForTheFreesInFlight) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    Result<void*> p = device_->Allocate(4 * kMiB);
+    ASSERT_THAT(p.status(), IsOk());
+    blocks.push_back(*p);
+  }
+  Hold(compute_, gates_[0]);
+  ASSERT_THAT(device_->FreeAsync(compute_, blocks[1]), IsOk());
+  ASSERT_THAT(device_->FreeAsync(compute_, blocks[2]), IsOk());
+  EXPECT_THAT(device_->Allocate(8 * kMiB).status(),
+              StatusIs(StatusCode::kOutOfMemory, HasSubstr("out of memory on tier device")));
+  std::thread opener([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gates_[0].store(true);
+  });
+  Result<void*> got = AllocateAfterFrees(device_.get(), 8 * kMiB, {&compute_, &comm_});
+  opener.join();
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_EQ(*got, blocks[1]) << "the block the two frees coalesced into";
+  EXPECT_EQ(InUse(), 16 * kMiB);
+  // Every byte live: the wait finds nothing, and the error is the device's.
+  Result<void*> none = AllocateAfterFrees(device_.get(), 4 * kMiB, {&compute_, &comm_});
+  EXPECT_THAT(none.status(),
+              StatusIs(StatusCode::kOutOfMemory, HasSubstr("out of memory on tier device")));
+  for (void* b : {blocks[0], *got, blocks[3]}) ASSERT_THAT(device_->Free(b), IsOk());
 }
 
 }  // namespace
