@@ -66,6 +66,7 @@ Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions opti
   EventOptions eo;
   eo.timing = false;
   STRATA_ASSIGN_OR_RETURN(o->reduced_, op.device->CreateEvent(eo));
+  STRATA_ASSIGN_OR_RETURN(o->copies_done_, op.device->CreateEvent(eo));
   const size_t n = op.sub_groups.size();
   o->done_.assign(n, 0);
   o->kept_.resize(n);
@@ -583,9 +584,59 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
   return Status::Ok();
 }
 
+// Note [Copy buffers back while the last gradients land]
+// With the updated parameters going to the parameter store through copy buffers (ring mode), the
+// worker takes a ready sub-group only when a buffer is free, and the engine's thread hands the
+// finished ones on: at each OnReduced during the backward, then in Finish. Finish used to wait
+// for the copy stream first (every gradient on the host), so past the backward's last reduce the
+// buffers stayed full until the last gradient had landed: in bench/overlap's io size with every
+// state resident the worker sat 7 ms with sub-group 1 ready, and sub-groups 1 and 0 were left to
+// the next forward, whose first gathers waited for their updates (gaps of 4 and 6 ms). Now the
+// engine's thread hands each finished buffer on as the worker fills it until the copy stream is
+// done (a host function at its end wakes it; the event's Query, polled, also ends the wait on a
+// stream that failed before reaching it).
+Status StepOverlap::AwaitCopies() {
+  if (!ring()) return copy_stream_.Synchronize();
+  {
+    std::lock_guard lock(mu_);
+    copies_landed_ = false;
+  }
+  STRATA_RETURN_IF_ERROR(copy_stream_.LaunchHostFunc([this] {
+    {
+      std::lock_guard lock(mu_);
+      copies_landed_ = true;
+    }
+    done_cv_.notify_all();
+  }));
+  STRATA_RETURN_IF_ERROR(copies_done_.Record(copy_stream_));
+  std::unique_lock lock(mu_);
+  while (!copies_landed_) {
+    if (ring_pending_ > 0) {
+      lock.unlock();
+      if (write_back_error_.ok()) {
+        write_back_error_ = WriteBackUpdated();
+      } else {
+        std::lock_guard l(mu_);
+        for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
+      }
+      cv_.notify_all();
+      lock.lock();
+      continue;
+    }
+    done_cv_.wait_for(lock, kIoPoll, [&] { return copies_landed_ || ring_pending_ > 0; });
+    if (copies_landed_ || ring_pending_ > 0) continue;
+    lock.unlock();
+    Result<bool> done = copies_done_.Query();
+    lock.lock();
+    if (!done.ok() || *done) break;
+  }
+  lock.unlock();
+  return copy_stream_.Synchronize();
+}
+
 Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   if (!active_) return Status::Ok();
-  Status s = copy_stream_.Synchronize();  // every copy done, every host function run
+  Status s = AwaitCopies();  // every copy done, every host function run
   Status worker;
   {
     std::unique_lock lock(mu_);

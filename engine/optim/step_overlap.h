@@ -245,6 +245,9 @@ class StepOverlap final : public ParamFence {
   // Copy buffers (StepOverlapOptions::copy_buffers): in use, and whether one is free (mu_).
   bool ring() const { return !ring_.empty(); }
   bool CanUpdateLocked() const { return ring_.empty() || !ring_free_.empty(); }
+  // Finish's wait for the copy stream, handing finished copy buffers on meanwhile (Note [Copy
+  // buffers back while the last gradients land]).
+  Status AwaitCopies();
   void FreeRingLocked(size_t g);
 
   StepOverlapOptions o_;
@@ -255,6 +258,7 @@ class StepOverlap final : public ParamFence {
   std::vector<char> eligible_;  // on the host side of the split, and not empty
   Stream copy_stream_;
   Event reduced_;
+  Event copies_done_;  // AwaitCopies
   std::thread worker_;
 
   // Engine thread only.
@@ -303,6 +307,7 @@ class StepOverlap final : public ParamFence {
   std::vector<int> ring_free_;
   std::vector<int> ring_of_;
   size_t ring_pending_ = 0;
+  bool copies_landed_ = false;  // AwaitCopies: the copy stream reached its host function (mu_)
 
   std::atomic<bool> backward_ended_{false};
   std::atomic<int64_t> overlapped_{0}, early_{0};
