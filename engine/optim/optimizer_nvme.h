@@ -257,6 +257,9 @@ class NvmeOptimizerState {
   struct AsyncStats {
     uint64_t bytes_read = 0, bytes_written = 0;
     double wait_ms = 0;  // blocked on a read or a write
+    // Bytes of state hashed for their write by the fused update, and by the write itself
+    // (Note [Sums for the writes to come] in optimizer_nvme_fused.cc).
+    uint64_t bytes_hashed_at_update = 0, bytes_hashed_at_write = 0;
   };
   // The figures since the last call.
   AsyncStats TakeAsyncStats();
@@ -369,6 +372,9 @@ class NvmeOptimizerState {
   std::vector<int> swap_index_;     // sub-group -> swapper sub-group (-1: empty)
   std::vector<int> swap_to_group_;  // swapper sub-group -> sub-group
   std::vector<bool> written_;       // on NVMe at least once
+  // Per sub-group: written to NVMe since its last update in a slot (1 until its first): whether
+  // the next fused update hashes for a write (Note [Sums for the writes to come]).
+  std::vector<char> written_since_update_;
   size_t numel_ = 0;
   TierBudget* budget_ = nullptr;
   std::unique_ptr<PinnedPool> grad_pool_;

@@ -32,6 +32,7 @@ Status NvmeOptimizerState::EnsureSlots() {
   for (const int idx : swap_index_) all_state_bytes_ += idx < 0 ? 0 : swapper_->state_bytes(idx);
   slots_.assign(std::max<size_t>(static_cast<size_t>(swapper_->num_sub_groups()), 1), Slot{});
   slot_of_.assign(groups_.size(), -1);
+  written_since_update_.assign(groups_.size(), 1);
   return Status::Ok();
 }
 
@@ -287,6 +288,7 @@ void NvmeOptimizerState::StartWrite(size_t k) {
     s.io = swapper_->WriteAt(idx, s.offset, std::move(s.write_sums));  // the update's checksums
   } else {
     s.io = swapper_->WriteAt(idx, s.offset);  // checksums taken here, on this thread
+    if (swapper_->checksums()) async_stats_.bytes_hashed_at_write += swapper_->state_bytes(idx);
   }
   s.sums_ready = false;
   s.write_sums.clear();
@@ -294,6 +296,7 @@ void NvmeOptimizerState::StartWrite(size_t k) {
   s.state = Slot::State::kWriting;
   s.seq = ++io_seq_;
   written_[static_cast<size_t>(s.sg)] = true;
+  written_since_update_[static_cast<size_t>(s.sg)] = 1;
   async_stats_.bytes_written += swapper_->state_bytes(idx);
 }
 

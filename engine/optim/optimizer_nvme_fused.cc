@@ -47,6 +47,19 @@ size_t FusedNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // takes the gradient norm's chunk sums of its gradients while they are in cache: the tiles lie on
 // the partition's multiples of tile_numel (a multiple of the norm's chunk by default), so each
 // holds whole chunks; the chunks across the sub-group's edges are left to the step's norm.
+// Note [Sums for the writes to come]
+// The fused update hashed every block it had just updated for the write to follow, while the
+// bytes were in cache. But write-back (Note [Write-back] in optimizer_nvme_async.cc) writes a
+// state only when its room is needed or on a drain: with the buffers holding every state
+// (bench/overlap with 6 buffers) no state is written between two of its updates, and with 4 about
+// half are not, so those sums were dropped unused by the next update (12 bytes a parameter,
+// 404 MB a step in bench/overlap with every state resident, hashed on the cores the backward
+// runs on). Now an update hashes for the write only when its state was written to NVMe since its
+// last update (or was never updated: a first step hashes everything): each step updates every
+// sub-group in the same order, so the buffers tend to keep through the next cycle the states
+// they kept through the last. A state written without the update's sums is hashed by StartWrite,
+// on the thread that starts the write, from memory: the prediction moves the hashing, it never
+// drops a checksum (tests/engine/nvme/optimizer_nvme_fused_test.cc).
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
                                        float grad_scale, uint8_t* copy, DType copy_dtype,
                                        bool grad_checks) {
@@ -64,6 +77,9 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   const size_t tile = std::max<size_t>(optimizer_.options().tile_numel, 64);
   const size_t lead = g.flat_begin % tile;  // elements of the first tile before the sub-group
   const size_t tiles = (lead + n + tile - 1) / tile;
+  // Note [Sums for the writes to come]
+  const bool for_write = written_since_update_[static_cast<size_t>(i)] != 0;
+  written_since_update_[static_cast<size_t>(i)] = 0;
   auto tile_range = [&](size_t t) {
     return std::pair<size_t, size_t>(t == 0 ? 0 : t * tile - lead,
                                      std::min(n, (t + 1) * tile - lead));
@@ -116,7 +132,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
         break;
       }
       state[b].store(kVerified, std::memory_order_relaxed);
-    } else {
+    } else if (for_write) {
       sums[b] = hash(b);
     }
   }
@@ -175,7 +191,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     for (size_t j = 0; j < 3; ++j) {
       const auto [first, last] = block_range(j, e0, e1);
       for (size_t b = first; b <= last; ++b) {
-        if (pending[b].fetch_sub(1, std::memory_order_acq_rel) == 1) sums[b] = hash(b);
+        if (pending[b].fetch_sub(1, std::memory_order_acq_rel) == 1 && for_write) sums[b] = hash(b);
       }
     }
   };
@@ -196,8 +212,14 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
   if (grad_checks && tile % kSquaredNormChunk != 0) PrecomputeGradChecks(g.flat_begin, g.flat_end);
   slot.deferred = false;
   slot.verified.clear();
-  slot.write_sums = std::move(sums);
-  slot.sums_ready = true;
+  if (for_write) {
+    slot.write_sums = std::move(sums);
+    slot.sums_ready = true;
+    async_stats_.bytes_hashed_at_update += total;
+  } else {
+    slot.write_sums.clear();
+    slot.sums_ready = false;
+  }
   return Status::Ok();
 }
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -179,6 +181,82 @@ INSTANTIATE_TEST_SUITE_P(Modes, NvmeFusedBitwiseTest,
                                            FusedMode{DType::kBFloat16, false, true},
                                            FusedMode{DType::kBFloat16, true, false}),
                          FusedModeName);
+
+// Note [Sums for the writes to come]: an update hashes its state for a write only when the state
+// was written to NVMe since its last update. With every state kept in the buffers a second step
+// hashes nothing and writes nothing; the drain's writes then hash their states themselves, a
+// verified read accepts what they wrote and rejects a flipped byte. With one buffer every state
+// is written between its updates, so each update hashes for its write and no write hashes.
+TEST(NvmeFusedChecksumTest, AnUpdateHashesForAWriteOnlyWhenItsStateWasWrittenSinceItsLast) {
+  for (const size_t buffers : {size_t{8}, size_t{1}}) {
+    SCOPED_TRACE("buffers " + std::to_string(buffers));
+    ScratchDir dir;
+    const PartitionLayout layout = SixParameterLayout();
+    const std::vector<SubGroup> groups = layout.SubGroups(250'000);
+    ASSERT_GE(groups.size(), 3u);
+    ASSERT_LT(groups.size(), 8u);  // buffers 8: every state fits
+    const size_t n = layout.partition_numel();
+    std::unique_ptr<OptimizerState> ref = CpuTierReference(layout);
+    ASSERT_NE(ref, nullptr);
+    auto nvme =
+        NvmeOptimizerState::Create(layout, groups, Options(dir, buffers, true), nullptr, nullptr);
+    ASSERT_THAT(nvme.status(), IsOk());
+    NvmeOptimizerState& s = **nvme;
+    std::mt19937_64 rng(TestSeed());
+    ASSERT_THAT(SeedBoth(*ref, s, n, rng), IsOk());
+    const int sgs = s.num_sub_groups();
+    std::vector<int> order(static_cast<size_t>(sgs));
+    for (int i = 0; i < sgs; ++i) order[static_cast<size_t>(i)] = i;
+    const Hyperparams hp = TestHyperparams();
+    auto step = [&](int t) {
+      const std::vector<float> g = Normal(n, rng, 0.1f);
+      std::memcpy(ref->grad(), g.data(), n * 4);
+      std::memcpy(s.grad(), g.data(), n * 4);
+      for (const SubGroup& sg : groups) {
+        ASSERT_THAT(ref->StepSubGroup(sg, t, hp, 1.0f, nullptr, DType::kBFloat16), IsOk());
+      }
+      ASSERT_THAT(s.PrepareSubGroupSteps(), IsOk());
+      for (int i = 0; i < sgs; ++i) {
+        const std::span<const int> rest(order.data() + i, order.size() - static_cast<size_t>(i));
+        bool helps = false;
+        ASSERT_THAT(s.ReadAhead(rest, &helps), IsOk());
+        auto st = s.AcquireState(i, rest.first(std::min<size_t>(rest.size(), 2)), true);
+        ASSERT_THAT(st.status(), IsOk());
+        ASSERT_THAT(s.UpdateSubGroup(i, t, hp, 1.0f, st->params, st->exp_avg, st->exp_avg_sq,
+                                     nullptr, DType::kBFloat16),
+                    IsOk());
+        ASSERT_THAT(s.WriteBack(i), IsOk());
+      }
+    };
+    s.TakeAsyncStats();
+    step(1);
+    const NvmeOptimizerState::AsyncStats first = s.TakeAsyncStats();
+    EXPECT_GT(first.bytes_hashed_at_update, 0u) << "a first update hashes for its write";
+    EXPECT_EQ(first.bytes_hashed_at_write, 0u);
+    step(2);
+    const NvmeOptimizerState::AsyncStats second = s.TakeAsyncStats();
+    if (buffers == 8) {
+      EXPECT_EQ(second.bytes_written, 0u) << "every state stays in the buffers";
+      EXPECT_EQ(second.bytes_hashed_at_update, 0u) << "no write came after the first updates";
+      EXPECT_EQ(second.bytes_hashed_at_write, 0u);
+      ASSERT_THAT(s.DrainAsync(), IsOk());
+      const NvmeOptimizerState::AsyncStats drain = s.TakeAsyncStats();
+      EXPECT_EQ(drain.bytes_written, first.bytes_hashed_at_update) << "every state written once";
+      EXPECT_EQ(drain.bytes_hashed_at_write, drain.bytes_written) << "each write hashed itself";
+    } else {
+      EXPECT_EQ(second.bytes_hashed_at_update, first.bytes_hashed_at_update)
+          << "every state was written between its updates";
+      EXPECT_EQ(second.bytes_hashed_at_write, 0u);
+      EXPECT_GT(second.bytes_written, 0u);
+    }
+    // Verified reads accept what was written, with the sums taken either way.
+    EXPECT_EQ(StateDiffers(s, *ref, n), "");
+    FlipByte(dir.File(kSwapFile), 100);  // sub-group 0's params
+    std::vector<float> p(n), m(n), v(n);
+    EXPECT_THAT(s.ReadState(0, n, p.data(), m.data(), v.data()),
+                StatusIs(StatusCode::kDataLoss, HasSubstr("checksum mismatch")));
+  }
+}
 
 // The squared norm in the order of Note [Squared-norm order], written out plainly: chunks of
 // 4096 summed in double from first to last, the chunk sums added left to right.
