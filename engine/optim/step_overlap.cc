@@ -584,6 +584,19 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
   return Status::Ok();
 }
 
+// Ring mode, engine thread, mu_ not held: the finished updates' copy buffers go to the parameter
+// store (after a failed write-back they are only freed: the step fails), and the worker waiting
+// for one is woken.
+void StepOverlap::HandOnCopyBuffers() {
+  if (write_back_error_.ok()) {
+    write_back_error_ = WriteBackUpdated();
+  } else {
+    std::lock_guard l(mu_);
+    for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
+  }
+  cv_.notify_all();
+}
+
 // Note [Copy buffers back while the last gradients land]
 // With the updated parameters going to the parameter store through copy buffers (ring mode), the
 // worker takes a ready sub-group only when a buffer is free, and the engine's thread hands the
@@ -613,13 +626,7 @@ Status StepOverlap::AwaitCopies() {
   while (!copies_landed_) {
     if (ring_pending_ > 0) {
       lock.unlock();
-      if (write_back_error_.ok()) {
-        write_back_error_ = WriteBackUpdated();
-      } else {
-        std::lock_guard l(mu_);
-        for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
-      }
-      cv_.notify_all();
+      HandOnCopyBuffers();
       lock.lock();
       continue;
     }
@@ -654,13 +661,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
       if ((processed_ == pushed_ && !busy_) || !s.ok()) break;
       // Ring mode: the worker may wait for a copy buffer; hand the finished updates on.
       lock.unlock();
-      if (write_back_error_.ok()) {
-        write_back_error_ = WriteBackUpdated();
-      } else {
-        std::lock_guard l(mu_);
-        for (size_t g = 0; g < ring_of_.size(); ++g) FreeRingLocked(g);
-      }
-      cv_.notify_all();
+      HandOnCopyBuffers();
       lock.lock();
     }
     if (!s.ok()) done_cv_.wait(lock, [&] { return !busy_; });

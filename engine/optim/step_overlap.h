@@ -248,6 +248,7 @@ class StepOverlap final : public ParamFence {
   // Finish's wait for the copy stream, handing finished copy buffers on meanwhile (Note [Copy
   // buffers back while the last gradients land]).
   Status AwaitCopies();
+  void HandOnCopyBuffers();
   void FreeRingLocked(size_t g);
 
   StepOverlapOptions o_;
