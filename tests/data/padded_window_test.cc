@@ -213,9 +213,17 @@ TEST_F(PaddedWindowTest, PackedWindowIsTheTokenWeightedSumOfItsExamplesAlone) {
     ASSERT_GT(total, 0);
     EXPECT_NEAR(packed.loss, loss / total, 1e-5 * std::max(1.0, std::fabs(loss / total)));
     for (size_t p = 0; p < grads.size(); ++p) {
+      // The packed run sums in another order (its rows, the embedding's scatter-add over every
+      // segment's tokens): fp32 error of up to ~1e-5 of the parameter's largest gradient was seen
+      // (STRATA_TEST_SEED=5689419227338679066, the embedding in window 1). A segment that saw
+      // another would move gradients by a share of that scale, far past the bound.
+      double scale = 0;
+      for (size_t i = 0; i < grads[p].size(); ++i) {
+        scale = std::max(scale, std::fabs(grads[p][i] / total));
+      }
       for (size_t i = 0; i < grads[p].size(); ++i) {
         const double want = grads[p][i] / total;
-        ASSERT_NEAR(packed.grads[p][i], want, 1e-5 + 1e-4 * std::fabs(want))
+        ASSERT_NEAR(packed.grads[p][i], want, 1e-5 + 1e-4 * std::fabs(want) + 1e-4 * scale)
             << "window " << w << " parameter " << p << " element " << i;
       }
     }
