@@ -51,15 +51,15 @@ size_t FusedNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
 // The fused update hashed every block it had just updated for the write to follow, while the
 // bytes were in cache. But write-back (Note [Write-back] in optimizer_nvme_async.cc) writes a
 // state only when its room is needed or on a drain: with the buffers holding every state
-// (bench/overlap with 6 buffers) no state is written between two of its updates, and with 4 about
-// half are not, so those sums were dropped unused by the next update (12 bytes a parameter,
-// 404 MB a step in bench/overlap with every state resident, hashed on the cores the backward
-// runs on). Now an update hashes for the write only when its state was written to NVMe since its
-// last update (or was never updated: a first step hashes everything): each step updates every
-// sub-group in the same order, so the buffers tend to keep through the next cycle the states
-// they kept through the last. A state written without the update's sums is hashed by StartWrite,
-// on the thread that starts the write, from memory: the prediction moves the hashing, it never
-// drops a checksum (tests/engine/nvme/optimizer_nvme_fused_test.cc).
+// (bench/overlap with 6 buffers) no state is written between two of its updates, and with 4 (five
+// of its eight states resident) most are not, so those sums were dropped unused by the next
+// update (12 bytes a parameter, 404 MB a step in bench/overlap with every state resident, hashed
+// on the cores the backward runs on). Now an update hashes for the write only when its state was
+// written to NVMe since its last update (or was never updated: a first step hashes everything):
+// each step updates every sub-group in the same order, so the buffers tend to keep through the next
+// cycle the states they kept through the last. A state written without the update's sums is hashed
+// by StartWrite, on the thread that starts the write, from memory: the prediction moves the
+// hashing, it never drops a checksum (tests/engine/nvme/optimizer_nvme_fused_test.cc).
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
                                        float grad_scale, uint8_t* copy, DType copy_dtype,
                                        bool grad_checks) {
