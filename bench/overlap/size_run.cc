@@ -298,9 +298,10 @@ Result<json> RunSize(const SizeOptions& o) {
   j["batch"] = o.batch;
   j["param_device"] = param_note;
   j["device_memory_bytes"] = device_bytes;
-  // Allocations the overlapped engine's device refused at first (each then retried: the gather
-  // pool's free buffers given back, the frees in flight waited for; Note [Room behind the frees in
-  // flight] in engine/zero/pending_frees.cc). A run that still found no block failed before here.
+  // Allocation attempts the overlapped engine's device refused (each followed by a retry: the
+  // gather pool's free buffers given back, the frees in flight waited for; Note [Room behind the
+  // frees in flight] in engine/zero/pending_frees.cc). A run whose last retry found no block
+  // failed before here.
   j["device_allocations_refused"] = run_o->device().MemoryStats().oom_count;
   j["state_bytes"] = ModelAndOptimizerBytes(o.model, DType::kFloat32);
   j["state_over_device"] =

@@ -3,6 +3,7 @@
 // limits while the host enqueues ahead of the device. Each stream a free is counted on records
 // an event after it; a throttle that would pass the limit waits for those events (every counted
 // free done) and not for the streams' later work (Note [Frees done already] in pending_frees.cc).
+// AllocateAfterFrees: the allocation that, short of a block, waits for the frees still in flight.
 //
 // Thread safety: one thread (the engine's) calls it.
 #pragma once

@@ -104,14 +104,12 @@ void ZeroHooks::AddLive(uint64_t bytes) {
 }
 
 Result<void*> ZeroHooks::AllocateSlot(size_t bytes) {
-  Result<void*> slot = o_.device->Allocate(bytes);
-  if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory) return slot;
   if (pool_ != nullptr && pool_->free_bytes() != 0) {
-    STRATA_RETURN_IF_ERROR(pool_->Trim());
-    slot = o_.device->Allocate(bytes);
+    Result<void*> slot = o_.device->Allocate(bytes);
     if (slot.ok() || slot.status().code() != StatusCode::kOutOfMemory) return slot;
+    STRATA_RETURN_IF_ERROR(pool_->Trim());
   }
-  // Note [Room behind the frees in flight] (pending_frees.cc).
+  // Note [Room behind the frees in flight] (pending_frees.cc): tries, then waits and tries again.
   return AllocateAfterFrees(o_.device, bytes, {&o_.compute, &o_.comm_stream});
 }
 

@@ -186,7 +186,6 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // Device allocation for a gradient slot; on OutOfMemory the pool's free buffers go first, then
   // the frees in flight on the compute and comm streams are waited for (AllocateAfterFrees).
   Result<void*> AllocateSlot(size_t bytes);
-
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
 
   ZeroHooksOptions o_;
