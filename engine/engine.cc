@@ -12,8 +12,8 @@
 #include "core/units.h"
 #include "engine/config/auto_sizes.h"
 #include "engine/engine_impl.h"
+#include "engine/nvme/swap_chunks.h"
 #include "engine/optim/partial_offload.h"
-#include "engine/optim/swap_chunks.h"
 #include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/zero/zero3_shards.h"
@@ -212,7 +212,7 @@ Status Engine::Place(const EngineInit& init) {
   }
 
   // Optimizer state and the fp32 gradient partition it steps on.
-  // With offload_optimizer nvme, cut into swap chunks (engine/optim/swap_chunks.h).
+  // With offload_optimizer nvme, cut into swap chunks (engine/nvme/swap_chunks.h).
   im.sub_groups = OptimizerSubGroups(layout_, config_);
   if (z.offload_optimizer.device == OffloadDevice::kNvme) {
     STRATA_ASSIGN_OR_RETURN(NvmeOptimizerStateOptions no,

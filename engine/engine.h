@@ -30,7 +30,7 @@
 //   overlap_comm (stages 2-3): reduce-scatters run on a comm stream, bucketed by
 //             reduce_bucket_size (engine/zero/grad_reducer.h); bitwise the same results.
 //   offload_optimizer.device = nvme (stages 1-3): master + moments on NVMe per sub-group
-//             (engine/optim/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
+//             (engine/nvme/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
 //             gradient partition in pinned CPU memory, as for cpu.
 //   offload_param.device = nvme (stage 3, with offload_optimizer cpu or nvme): each parameter
 //             shard on NVMe through swap/ParamSwapper (engine/zero/param_store.h), read into pinned
@@ -176,7 +176,7 @@ class Engine {
   // Writes the spans recorded so far to strata.trace_path (Ok, nothing written, when unset).
   Status FlushTrace();
 
-  // strata.overlap_step (engine/optim/step_overlap.h): optimizer sub-groups updated during the
+  // strata.overlap_step (engine/overlap/step_overlap.h): optimizer sub-groups updated during the
   // boundary backward so far (cumulative, including updates later rolled back; may be read from any
   // thread while a backward runs), and of those the ones finished before Backward returned.
   int64_t overlapped_sub_groups() const;

@@ -10,9 +10,9 @@
 #include "engine/base/step_breakdown.h"
 #include "engine/base/trace.h"
 #include "engine/engine.h"
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/param_copy_target.h"
-#include "engine/optim/step_overlap.h"
+#include "engine/overlap/step_overlap.h"
 #include "engine/zero/grad_reducer.h"
 #include "engine/zero/param_store.h"
 #include "engine/zero/zero3_hooks.h"
@@ -28,7 +28,7 @@ struct Engine::Impl {
   int compute_track = 0;  // the tracer's "stream compute" track
   // offload_optimizer.device = nvme: the optimizer state (the engine's opt_ is then null).
   std::unique_ptr<NvmeOptimizerState> nvme_opt;
-  // strata.overlap_step (engine/optim/step_overlap.h; engine_overlap.cc): null when off. Uses the
+  // strata.overlap_step (engine/overlap/step_overlap.h; engine_overlap.cc): null when off. Uses the
   // optimizer state, so it goes first (Release).
   std::unique_ptr<StepOverlap> overlap;
   // strata.deferred_updates in effect (engine_overlap.cc): the store's fence is `overlap`.
@@ -67,7 +67,7 @@ struct Engine::Impl {
   float* host_grad = nullptr;
   size_t host_grad_begin = 0;
   // Or, offload_optimizer nvme with strata.nvme_grad_chunk: the NVMe gradient region (the
-  // optimizer's; engine/optim/grad_region.h) behind the reducer's target, host_grad null.
+  // optimizer's; engine/nvme/grad_region.h) behind the reducer's target, host_grad null.
   GradTarget* grad_target = nullptr;
   // grads_to_host and an optimizer whose result does not depend on a zero gradient's sign (not
   // Adagrad): the step marks host_grad stale instead of zeroing it (Note [Copy first]).

@@ -1,4 +1,4 @@
-// strata.overlap_step: the engine's side of engine/optim/step_overlap.h — which runs overlap, and
+// strata.overlap_step: the engine's side of engine/overlap/step_overlap.h — which runs overlap, and
 // the step arguments the boundary backward's early updates use (the expressions ApplyStep uses, so
 // the same floats).
 #include <algorithm>
@@ -47,7 +47,7 @@ Status Engine::PlaceStepOverlap() {
   });
   im.reducer->set_flush_hint(
       [overlap = im.overlap.get()](size_t param) { return overlap->CompletesSubGroup(param); });
-  // Note [Deferred updates] (engine/optim/step_overlap_defer.cc): stage 3 with the shards in CPU
+  // Note [Deferred updates] (engine/overlap/step_overlap_defer.cc): stage 3 with the shards in CPU
   // memory or on NVMe, where the worker's updates reach them without the step.
   if (config_.strata.deferred_updates && config_.zero.stage == 3 && im.store != nullptr &&
       im.store->on_host() && im.overlap->CanDefer()) {

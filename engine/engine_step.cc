@@ -123,7 +123,7 @@ Status Engine::ApplyStep() {
   double t = StepNowMs();
   if (im.overlap != nullptr && im.overlap->active()) {
     // strata.overlap_step: the ready sub-groups crossed (and stepped) during backward; waits for
-    // them and copies the rest (engine/optim/step_overlap.h).
+    // them and copies the rest (engine/overlap/step_overlap.h).
     TraceSpan span(im.tracer.get(), im.compute_track, "d2h grads", "copy");
     STRATA_RETURN_IF_ERROR(im.overlap->Finish(im.compute, &b));
   } else if (im.host_opt && !im.grads_to_host) {  // the gradient partition crosses the link once
@@ -203,7 +203,7 @@ Status Engine::ApplyStep() {
     STRATA_RETURN_IF_ERROR(im.overlap->Resolve({step_number, hp, grad_scale, true}, &done));
   }
   if (im.defer_updates) {
-    // Note [Deferred updates] (engine/optim/step_overlap_defer.cc): the sub-groups left are
+    // Note [Deferred updates] (engine/overlap/step_overlap_defer.cc): the sub-groups left are
     // updated during the next forward; the early ones are in the shards already.
     TraceSpan span(im.tracer.get(), "defer updates", "optimizer");
     im.overlap->TakeParamsWritten();

@@ -98,7 +98,7 @@ class OptimizerSwapper {
   // torn: reading it (a later Step, ReadState) is FailedPrecondition until Initialize rewrites it.
   Status Step(const std::function<SubGroupIo(int)>& io, const StepOptions& options = {});
 
-  // Per-buffer calls, for a caller that schedules its own pipeline (engine/optim/optimizer_nvme.h's
+  // Per-buffer calls, for a caller that schedules its own pipeline (engine/nvme/optimizer_nvme.h's
   // asynchronous path): buffer b in [0, num_buffers()) holds one sub-group's state at a time.
   // The caller keeps a buffer's read or write in flight apart from any other use of it, and has
   // none in flight during Initialize, ReadState and Step (they use the buffers too).
@@ -128,7 +128,7 @@ class OptimizerSwapper {
 
   // The buffers as one region (they are one slab, buffer b at b * buffer stride): its bytes, and
   // the calls above at a byte offset in it, for a caller that places states of different sizes
-  // side by side (engine/optim/optimizer_nvme.h). The offset is a multiple of 4 KiB and the
+  // side by side (engine/nvme/optimizer_nvme.h). The offset is a multiple of 4 KiB and the
   // sub-group's state_bytes fit in the region from there, else InvalidArgument (StateAt: a
   // failed check). The same rules as the per-buffer calls apply to each range in use.
   size_t region_bytes() const { return region_bytes_; }

@@ -22,7 +22,7 @@ struct SizeOptions {
   double state_over_device = 10.0;   // params + optimizer state over the emulated device memory
   int64_t sub_group_size = 4000000;  // elements
   // gradient_clipping (0: none). A clip that triggers makes the overlapped step speculative: it
-  // rolls back and runs serially (engine/optim/step_overlap.h), so the default measures the exact
+  // rolls back and runs serially (engine/overlap/step_overlap.h), so the default measures the exact
   // case.
   double clip = 0.0;
   // strata.swap_checksums (XXH3 per block on every swap write and read; costs CPU the bound's

@@ -35,7 +35,7 @@ struct StepBreakdown {
   uint64_t nvme_read_bytes = 0;
   uint64_t nvme_write_bytes = 0;
   // Of nvme_read_bytes / nvme_write_bytes, the NVMe gradient region's (strata.nvme_grad_chunk:
-  // engine/optim/grad_region.h); the rest of the optimizer's are its state's.
+  // engine/nvme/grad_region.h); the rest of the optimizer's are its state's.
   uint64_t grad_region_read_bytes = 0;
   uint64_t grad_region_write_bytes = 0;
   uint64_t collective_bytes = 0;  // this rank's send volume

@@ -35,14 +35,14 @@ struct StrataConfig {
   // Chrome trace of the run's spans; "" = off.
   std::string trace_path;
   // Start offloaded sub-groups' optimizer steps during the boundary backward
-  // (engine/optim/step_overlap.h).
+  // (engine/overlap/step_overlap.h).
   bool overlap_step = true;
   // Stage 3 with overlap_step and the shards in CPU memory or on NVMe: the sub-groups the step
   // has left after the backward are updated during the next forward, each gather waiting for its
-  // own (Note [Deferred updates] in engine/optim/step_overlap_defer.cc).
+  // own (Note [Deferred updates] in engine/overlap/step_overlap_defer.cc).
   bool deferred_updates = true;
   // offload_optimizer nvme at stages 2-3: the fp32 gradients go to an NVMe region in chunks of
-  // this many bytes (engine/optim/grad_region.h; a multiple of 16 KiB); 0 keeps the whole
+  // this many bytes (engine/nvme/grad_region.h; a multiple of 16 KiB); 0 keeps the whole
   // gradient partition in pinned CPU memory.
   uint64_t nvme_grad_chunk_bytes = uint64_t{16} << 20;
   // Cap on page-locked host memory in bytes; 0 = unlimited.
@@ -59,7 +59,7 @@ struct StrataConfig {
   static constexpr int64_t kLmHeadChunkAuto = -1;
   int64_t lm_head_chunk = kLmHeadChunkAuto;
   // Bytes of fp32 master + exp_avg + exp_avg_sq (12 B an element) the NVMe optimizer moves per
-  // swap unit (engine/optim/optimizer_nvme.h: Note [Chunks]): a sub-group larger than this is
+  // swap unit (engine/nvme/optimizer_nvme.h: Note [Chunks]): a sub-group larger than this is
   // stepped in chunks of this size, so the pinned swap buffers are buffer_count x this whatever
   // sub_group_size is. "auto" (swap_chunk_auto): kSwapChunkDefault until a planner chooses.
   static constexpr uint64_t kSwapChunkDefault = uint64_t{64} << 20;

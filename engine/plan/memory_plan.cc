@@ -9,9 +9,9 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "engine/base/partition.h"
-#include "engine/optim/grad_region.h"
+#include "engine/nvme/grad_region.h"
+#include "engine/nvme/swap_chunks.h"
 #include "engine/optim/partial_offload.h"
-#include "engine/optim/swap_chunks.h"
 #include "engine/plan/pageable_plan.h"
 #include "engine/zero/grad_reducer.h"
 
@@ -333,7 +333,7 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
         swap += SwapExtentBytes(g.flat_end - g.flat_begin);
       }
       p.Device("fp32 gradient partition", device_grad * 4);
-      // Stages 2-3 with strata.nvme_grad_chunk: the gradients on NVMe (engine/optim/
+      // Stages 2-3 with strata.nvme_grad_chunk: the gradients on NVMe (engine/nvme/
       // grad_region.h) — its chunk buffers, one sub-group's gradients read for its update.
       const size_t grad_chunk =
           z.stage >= 2 ? static_cast<size_t>(config.strata.nvme_grad_chunk_bytes / 4) : 0;

@@ -25,7 +25,7 @@ namespace strata {
 //              (configs/llama_nvme.json, 250 MiB) planned as a whole-run item beside
 //              initialisation's 250 MiB it made the plan 514 MiB for a peak of 280 MiB.
 //   initialize the initial values of one parameter at a time (fp32, the largest).
-//   steps      the speculative overlapped step's kept copies (engine/optim/step_overlap.h: before
+//   steps      the speculative overlapped step's kept copies (engine/overlap/step_overlap.h: before
 //              a sub-group is updated during the boundary backward its master and moments, and
 //              its compute-dtype copy unless the parameters are on NVMe, are kept in case
 //              clipping or an overflow changes the step; at most copy_limit_bytes, 1 GiB). Planned
@@ -33,7 +33,7 @@ namespace strata {
 //              depends on the machine (2 of the 4 swap chunks here, 91 MiB of the planned 219),
 //              and when clipping triggers only every StepOverlap::kRetryAfter-th step tries.
 //              None with the state on NVMe and the updates deferred (Note [No speculation over
-//              NVMe state with deferral] in engine/optim/step_overlap_defer.cc).
+//              NVMe state with deferral] in engine/overlap/step_overlap_defer.cc).
 //   save       with the optimizer state not host-addressable (NVMe), Engine::SaveCheckpoint's
 //              streaming buffer of one swap chunk's master + moments (12 B an element; the
 //              state's own staging of that chunk is charged to the pinned tier).
@@ -88,12 +88,13 @@ void AddPageableItems(const ModelShape& model, const Config& config, const Pagea
   const bool speculative = config.training.gradient_clipping > 0 || config.fp16.enabled ||
                            config.bf16.check_grad_overflow;
   // offload_param nvme with the NVMe optimizer state: the old parameters are the kept master
-  // rounded (engine/optim/step_overlap.h), so no compute copy is kept.
+  // rounded (engine/overlap/step_overlap.h), so no compute copy is kept.
   const bool no_copy = z.stage == 3 && z.offload_param.device == OffloadDevice::kNvme &&
                        z.offload_optimizer.device == OffloadDevice::kNvme;
   const uint64_t kept_copy_bytes = no_copy ? 0 : in.compute_bytes;
-  // Note [No speculation over NVMe state with deferral] (engine/optim/step_overlap_defer.cc): with
-  // the state on NVMe and the updates deferred (stage 3, parameters offloaded), nothing is kept.
+  // Note [No speculation over NVMe state with deferral] (engine/overlap/step_overlap_defer.cc):
+  // with the state on NVMe and the updates deferred (stage 3, parameters offloaded), nothing is
+  // kept.
   const bool deferred_nvme = config.strata.deferred_updates && z.stage == 3 &&
                              z.offload_param.device != OffloadDevice::kNone &&
                              z.offload_optimizer.device == OffloadDevice::kNvme;

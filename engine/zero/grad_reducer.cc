@@ -292,7 +292,7 @@ void GradReducer::ZeroUnwritten() {
 Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
                               size_t hi) {
   // Last piece first: the host target fills from its end down (Note [Write-behind] in
-  // engine/optim/grad_region.cc); the pieces are disjoint, so their order changes no value.
+  // engine/nvme/grad_region.cc); the pieces are disjoint, so their order changes no value.
   const size_t pieces = hi > lo ? (hi - lo + staging_numel_ - 1) / staging_numel_ : 0;
   for (size_t piece = pieces; piece-- > 0;) {
     const size_t off = lo + piece * staging_numel_;

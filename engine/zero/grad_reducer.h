@@ -42,7 +42,7 @@ namespace strata {
 // Called, on the stream that ran the reduce, after parameter `param`'s slot was consumed.
 using SlotDoneFn = std::function<Status(const Stream& stream, size_t param, float* slot)>;
 // Called after parameter `param`'s shard was added into the partition: work enqueued on `stream`
-// afterwards sees its reduced range (engine/optim/step_overlap.h counts a sub-group's ready
+// afterwards sees its reduced range (engine/overlap/step_overlap.h counts a sub-group's ready
 // slices). For a parameter in the host part `stream` is the reducer's host-add stream.
 using ReducedFn = std::function<Status(const Stream& stream, size_t param)>;
 

@@ -1,7 +1,7 @@
 // GradTarget: where the gradient reducer (engine/zero/grad_reducer.h) adds the reduced fp32
 // gradients that leave the device — so the engine stays placement-agnostic: a flat host array
 // (HostArrayGradTarget: the pinned partition of offload_optimizer cpu, or nvme without a region)
-// or the NVMe gradient region (engine/optim/grad_region.h, through GradRegionTarget).
+// or the NVMe gradient region (engine/nvme/grad_region.h, through GradRegionTarget).
 //
 // Calls come in this order per backward pass: BeginPass, any number of Add, EndPass. All of them
 // run on the reducer's host-add stream (one thread at a time, in enqueue order); an error fails

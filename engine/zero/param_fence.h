@@ -1,6 +1,6 @@
 // ParamFence: which stage-3 parameter shards are not final yet, because the optimizer step that
 // updates them was deferred into the next forward (strata.deferred_updates, Note [Deferred
-// updates] in engine/optim/step_overlap.cc), and how a gather waits for one.
+// updates] in engine/overlap/step_overlap_defer.cc), and how a gather waits for one.
 //
 // The store (engine/zero/param_store.h) asks Pending before it reads a shard: its Prefetch skips
 // a pending shard (the read would fetch the old bytes) and its Acquire refuses one with an

@@ -223,7 +223,7 @@ Status ZeroHooks::WaitReady(size_t i) {
 // pre hook of the module (WaitReady), or at the release of a gather no module used, so the
 // release's event on the compute stream always follows the gather's writes.
 Status ZeroHooks::Fill(size_t i, const Stream& g) {
-  // Note [Deferred updates] (engine/optim/step_overlap.cc): the shard must hold its update.
+  // Note [Deferred updates] (engine/overlap/step_overlap_defer.cc): the shard must hold its update.
   if (ParamFence* fence = o_.store->fence(); fence != nullptr && fence->Pending(i)) {
     STRATA_RETURN_IF_ERROR(fence->Await(i).WithContext("gathering " + o_.params[i]->name()));
   }

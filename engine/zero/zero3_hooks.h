@@ -115,7 +115,7 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   Status FinishForward();
   // Stage 3: re-gathers the persistent parameters from the (updated) shards, now; or, after a
   // step whose updates were deferred (`at_next_use`), each at its next gather, which waits for
-  // its update (Note [Deferred updates] in engine/optim/step_overlap_defer.cc); until then it
+  // its update (Note [Deferred updates] in engine/overlap/step_overlap_defer.cc); until then it
   // keeps its old values. Note [Persistent re-gathers in the same order on every rank].
   Status RegatherPersistent(bool at_next_use = false);
 

@@ -196,7 +196,7 @@ TEST(CpuBudgetPlanTest, ChoosesTheLargestSubGroupWhosePlanFits) {
 
 // The speculative overlapped step keeps each sub-group's master + moments (12 B) while clipping
 // may still change the step (with the parameters on NVMe not its bf16 copy: the old parameters
-// are the kept master rounded, engine/optim/step_overlap.h): 12 B per offloaded element, at most
+// are the kept master rounded, engine/overlap/step_overlap.h): 12 B per offloaded element, at most
 // 1 GiB, and nothing without clipping or with strata.overlap_step false. It is held during the
 // steps only, so the tier counts it once against the other phases (Initialize's fp32 values of
 // the largest parameter here): the whole-run items plus the largest phase.

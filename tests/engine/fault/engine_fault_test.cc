@@ -151,7 +151,7 @@ class EngineFaultTest : public ::testing::TestWithParam<Placement> {
       const std::string swap = dir.File("opt/") + kOptimizerSwap;
       // Before the step's first state read: the read-ahead may read sub-group 0 as early as the
       // Backward (it was deferred last step: Note [Deferred reads in order] in
-      // engine/optim/step_overlap_defer.cc), and its checksums are verified by its update.
+      // engine/overlap/step_overlap_defer.cc), and its checksums are verified by its update.
       if (fault == Fault::kCorruptedBlock) FlipByte(swap, 8192);
       EXPECT_THAT(e.Forward(data_.Batch(kBefore)), IsOk());
       EXPECT_THAT(e.Backward(), IsOk());
@@ -236,7 +236,7 @@ TEST_P(EngineFaultTest, ShortReadOfATruncatedSwapFileFailsTheStepAndTheCheckpoin
   // the first read past the new end; a write that lands first extends the file again: the read
   // then finds a hole, which its checksum catches, or the end that write left (a short read at
   // that offset, not at 4096: which writes land first depends on the order of the reads, Note
-  // [Deferred reads in order] in engine/optim/step_overlap_defer.cc).
+  // [Deferred reads in order] in engine/overlap/step_overlap_defer.cc).
   EXPECT_THAT(
       s, StatusIs(StatusCode::kDataLoss,
                   AllOf(HasSubstr("read sub-group"), HasSubstr(kOptimizerSwap), HasSubstr(" @ "),

@@ -10,7 +10,7 @@
 
 #include "engine/base/partition.h"
 #include "engine/comm/local_communicator.h"
-#include "engine/optim/grad_region.h"
+#include "engine/nvme/grad_region.h"
 #include "engine/zero/grad_reducer.h"
 #include "offload/device/host/host_device.h"
 #include "tests/support/status_matchers.h"

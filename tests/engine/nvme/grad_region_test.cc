@@ -1,9 +1,9 @@
-// GradRegion (engine/optim/grad_region.h): the fp32 gradient partition on NVMe. Accumulated
+// GradRegion (engine/nvme/grad_region.h): the fp32 gradient partition on NVMe. Accumulated
 // gradients read back bit for bit what a host array given the same adds holds; the norm and the
 // overflow check taken as the gradients are written equal a double loop in the order of Note
 // [Squared-norm order]; faults on the region's I/O name the chunk, file and offset; a corrupted
 // block is DataLoss by its checksum.
-#include "engine/optim/grad_region.h"
+#include "engine/nvme/grad_region.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -148,7 +148,7 @@ TEST(GradRegionTest, ReadsOfFinishedChunksDoNotEvictTheChunksBeingAddedInto) {
   ASSERT_THAT(r.region->EndPass(), IsOk());
   const GradRegion::Stats st = r.region->TakeStats();
   // Chunks 4, 3, 2 once each (evicted), and 1 once more: written behind while 0 was added into
-  // (Note [Write-behind] in engine/optim/grad_region.cc; with more to come it would have been the
+  // (Note [Write-behind] in engine/nvme/grad_region.cc; with more to come it would have been the
   // next one evicted).
   EXPECT_EQ(st.bytes_written, 4 * kChunk * sizeof(float));
   EXPECT_EQ(st.bytes_read, 3 * kChunk * sizeof(float));  // the same, read once each

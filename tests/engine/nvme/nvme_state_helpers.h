@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
 #include "tests/support/test_util.h"
 

@@ -1,4 +1,4 @@
-// Swap chunks (strata.swap_chunk_bytes, engine/optim/swap_chunks.h): the NVMe optimizer steps a
+// Swap chunks (strata.swap_chunk_bytes, engine/nvme/swap_chunks.h): the NVMe optimizer steps a
 // sub-group larger than the chunk (and not a multiple of it) chunk by chunk, bitwise as the CPU
 // tier steps the whole sub-group, through the pipelined step and the per-chunk asynchronous path;
 // its pinned swap buffers are buffer_count x the chunk whatever sub_group_size is; and a fault
@@ -12,9 +12,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
+#include "engine/nvme/swap_chunks.h"
 #include "engine/optim/optimizer_state.h"
-#include "engine/optim/swap_chunks.h"
 #include "tests/aio/faulty_engine.h"
 #include "tests/engine/nvme/nvme_state_helpers.h"
 #include "tests/support/status_matchers.h"

@@ -11,7 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
 #include "tests/aio/faulty_engine.h"
 #include "tests/support/status_matchers.h"

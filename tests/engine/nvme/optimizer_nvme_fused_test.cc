@@ -1,4 +1,4 @@
-// NvmeOptimizerState's fused update (engine/optim/optimizer_nvme_fused.cc, Note [Fused checksums]):
+// NvmeOptimizerState's fused update (engine/nvme/optimizer_nvme_fused.cc, Note [Fused checksums]):
 // the asynchronous path updates a slot in block-sized pieces with the swap checksums verified and
 // computed on the way. It gives the bits of OptimizerState on the CPU tier (one update per
 // sub-group), its write checksums are the ones a verified read accepts, and a block corrupted on
@@ -19,7 +19,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
 #include "tests/engine/nvme/nvme_state_helpers.h"
 #include "tests/support/status_matchers.h"

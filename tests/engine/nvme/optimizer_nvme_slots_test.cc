@@ -1,5 +1,5 @@
 // NvmeOptimizerState's slots by size (Note [Slots by size] in
-// engine/optim/optimizer_nvme_async.cc): the swapper's buffers are one region in which each
+// engine/nvme/optimizer_nvme_async.cc): the swapper's buffers are one region in which each
 // sub-group's state takes its own size, so a large sub-group and several small ones are read ahead
 // together where one state per buffer held only buffer_count of them; states placed in every order
 // keep the bits of OptimizerState on the CPU tier; and read-ahead copies in the way of a larger
@@ -18,7 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
 #include "tests/engine/nvme/nvme_state_helpers.h"
 #include "tests/support/status_matchers.h"
@@ -164,9 +164,9 @@ TEST_F(NvmeSlotsBySizeTest, TwoBuffersReadAheadTheLargeStateAndAllFourSmallOnes)
 }
 
 // The worker's non-blocking look at the I/O (Note [Ready and resident first] in
-// engine/optim/step_overlap.cc): WaitOldestIo(false) never waits, and says true once the oldest I/O
-// has completed (or none is in flight); Resident(i) is true exactly when AcquireState(i) reads
-// nothing.
+// engine/overlap/step_overlap_worker.cc): WaitOldestIo(false) never waits, and says true once the
+// oldest I/O has completed (or none is in flight); Resident(i) is true exactly when AcquireState(i)
+// reads nothing.
 TEST_F(NvmeSlotsBySizeTest, ResidentAndTheNonBlockingWaitFollowTheReadsInFlight) {
   ASSERT_NO_FATAL_FAILURE(Start(2, true, 5));
   ASSERT_THAT(s_->PrepareSubGroupSteps(), IsOk());
@@ -204,7 +204,7 @@ TEST_F(NvmeSlotsBySizeTest, ResidentAndTheNonBlockingWaitFollowTheReadsInFlight)
   EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
 
-// Write-back (Note [Write-back] in engine/optim/optimizer_nvme_async.cc): with buffers for every
+// Write-back (Note [Write-back] in engine/nvme/optimizer_nvme_async.cc): with buffers for every
 // state, the steps after the first read nothing and write nothing - the updated states stay in the
 // buffers, dirty - until a drain writes them, after which NVMe holds the CPU tier's bits.
 TEST_F(NvmeSlotsBySizeTest, WriteBackLeavesUpdatedStatesInTheBuffersUntilADrain) {
@@ -314,7 +314,7 @@ TEST_F(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeep
   }
 }
 
-// Resident states stay (Note [Resident states stay] in engine/optim/optimizer_nvme_async.cc):
+// Resident states stay (Note [Resident states stay] in engine/nvme/optimizer_nvme_async.cc):
 // six equal sub-groups, three buffers (room for three states), every step in the backward's order
 // (the last sub-group first) with the worker's calls. A step starts with the three states the
 // last one updated last still in the buffers; it reads the three it lacks, and the first one it

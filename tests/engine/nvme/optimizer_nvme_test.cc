@@ -1,7 +1,7 @@
 // NvmeOptimizerState against OptimizerState on Tier::kCpu ("same math, any placement"): the same
 // partition, sub-groups and hyperparameters give bitwise the same master, moments and
 // compute-dtype copy-out, whatever the pipelining; and the swap path's failures name their file.
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Note [Deferred reads in order] (engine/optim/step_overlap_defer.cc): the next forward gathers
+// Note [Deferred reads in order] (engine/overlap/step_overlap_defer.cc): the next forward gathers
 // the deferred sub-groups in flat order, so with the optimizer state on NVMe the worker updates
 // them in that order (the first one first, even when a later one's state is already in the
 // buffers), and every state read is traced ("state read", its sub-group) in the order it goes
@@ -107,13 +107,13 @@ TEST_F(DeferredOrderTest, DeferredSubGroupsAreUpdatedInTheOrderTheForwardGathers
   EXPECT_GE(longest, 2u) << "no step deferred two sub-groups or more: the order is not tested";
 }
 
-// Note [Wanted across the phases] (engine/optim/step_overlap.cc): once the forward's deferred
-// updates are done, the worker reads ahead the states the next phases update (the sub-groups this
-// step updated, wanted again next), instead of leaving the disk idle until the next backward
-// begins. The test pauses between each Forward and Backward, so the read-ahead has the time it
-// would have while a larger model's forward runs; before, nothing was wanted then and no state
-// was read until the backward. Two state buffers for more sub-groups: some next state is always
-// on NVMe only.
+// Note [Wanted across the phases] (engine/overlap/step_overlap_worker.cc): once the forward's
+// deferred updates are done, the worker reads ahead the states the next phases update (the
+// sub-groups this step updated, wanted again next), instead of leaving the disk idle until the next
+// backward begins. The test pauses between each Forward and Backward, so the read-ahead has the
+// time it would have while a larger model's forward runs; before, nothing was wanted then and no
+// state was read until the backward. Two state buffers for more sub-groups: some next state is
+// always on NVMe only.
 TEST_F(DeferredOrderTest, TheNextPhasesStatesAreReadDuringTheForwardOnceTheDeferredUpdatesAreDone) {
   int sub_groups = 0;
   {

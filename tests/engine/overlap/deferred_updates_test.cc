@@ -1,4 +1,4 @@
-// strata.deferred_updates (Note [Deferred updates], engine/optim/step_overlap_defer.cc): the
+// strata.deferred_updates (Note [Deferred updates], engine/overlap/step_overlap_defer.cc): the
 // sub-groups a step has left after the backward are updated during the next forward, each gather
 // waiting for its own. Parameters, losses and gradient norms are bitwise those of the serial step
 // (strata.overlap_step false) and of the overlapped step without deferral: stage 3, optimizer
@@ -279,7 +279,7 @@ TEST(DeferredUpdatesCollectivesTest, ADeferredStepIssuesNoAllGather) {
   }
 }
 
-// Note [Copy buffers back while the last gradients land] (engine/optim/step_overlap.cc): with the
+// Note [Copy buffers back while the last gradients land] (engine/overlap/step_overlap.cc): with the
 // updated parameters going to the NVMe store through two copy buffers, the step hands the buffers
 // on while it waits for the last gradients, so the worker updates each sub-group as its gradients
 // land instead of stopping at two and leaving the rest to the next forward. A slow link and a

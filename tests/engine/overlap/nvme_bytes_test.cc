@@ -4,12 +4,12 @@
 // 3 parts of 4 C bytes (4 KiB aligned); offload_optimizer.buffer_count buffers of the largest
 // state hold that many states. With the states of a step not all fitting, a step must read (and
 // write) at least what the buffers cannot hold; keeping the states the last step left (Note
-// [Resident states stay] in engine/optim/optimizer_nvme_async.cc) it reads one state more than
+// [Resident states stay] in engine/nvme/optimizer_nvme_async.cc) it reads one state more than
 // that at most: the first state it needs takes the room of the one it needs last. Before, every
 // state was read and written every step. The NVMe gradient region (strata.nvme_grad_chunk, chunks
 // of C elements: one per sub-group) writes the gradients of the sub-groups whose states are not
 // in the buffers; those of the states kept there are read from memory by their updates (Note
-// [Gradients of resident states] in engine/optim/grad_region.cc). Before, it wrote the whole
+// [Gradients of resident states] in engine/nvme/grad_region.cc). Before, it wrote the whole
 // gradient every step.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Swap chunks in the engine (strata.swap_chunk_bytes, engine/optim/swap_chunks.h): the optimizer
+// Swap chunks in the engine (strata.swap_chunk_bytes, engine/nvme/swap_chunks.h): the optimizer
 // on NVMe with sub_group_size 3000 cut into 1024-element chunks (3000 is larger than the chunk and
 // not a multiple of it, so chunks cut parameters and end short at sub-group ends) trains the tiny
 // Llama at stage 3 bitwise as the optimizer in CPU memory does — fp32, bf16, fp16 with overflow

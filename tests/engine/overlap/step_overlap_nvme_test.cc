@@ -1,7 +1,7 @@
 // strata.overlap_step with the optimizer on NVMe: the read-ahead from the boundary micro-batch's
 // Forward, writes left in flight past the step (deferred) and drained by a checkpoint, and a
 // deferred write's error failing the call that drains it, Engine::Synchronize
-// (engine/optim/step_overlap.h, engine/optim/optimizer_nvme.h).
+// (engine/overlap/step_overlap.h, engine/nvme/optimizer_nvme.h).
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -119,9 +119,9 @@ TEST(StepOverlapNvmeTest, ReadAheadStartsAtTheBoundaryForwardAndTheStepsStayExac
   for (int s = 0; s < kSteps; ++s) {
     if (s > 0) {
       // Which states the last step left in the buffers depends on the order the worker took its
-      // sub-groups in (Note [Ready and resident first] in step_overlap.cc): with those the next
-      // backward wants first left there, nothing needs reading before it (1 run in ~10 with the
-      // cores shared). A read of a master drains the buffers, so every step starts from NVMe.
+      // sub-groups in (Note [Ready and resident first] in step_overlap_worker.cc): with those the
+      // next backward wants first left there, nothing needs reading before it (1 run in ~10 with
+      // the cores shared). A read of a master drains the buffers, so every step starts from NVMe.
       drained.resize(e.layout().slices()[0].numel);
       ASSERT_THAT(e.GatherMasterParameter(0, drained), IsOk());
     }

@@ -1,4 +1,4 @@
-// strata.overlap_step (engine/optim/step_overlap.h): the optimizer sub-groups updated during the
+// strata.overlap_step (engine/overlap/step_overlap.h): the optimizer sub-groups updated during the
 // boundary micro-batch's backward give parameters and losses bitwise equal to the serial step —
 // stages 2 and 3, optimizer on cpu and nvme, fp32 / bf16 / fp16, no clipping, a clip that
 // triggers (the early updates are rolled back and redone) and one that does not, gradient

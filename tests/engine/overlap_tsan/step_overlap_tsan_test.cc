@@ -1,4 +1,4 @@
-// The overlapped step (engine/optim/step_overlap.h) as the TSan tree runs it: its worker thread,
+// The overlapped step (engine/overlap/step_overlap.h) as the TSan tree runs it: its worker thread,
 // the copy stream's host functions, the reducer's callbacks and (overlap_comm) the comm stream all
 // touch the optimizer state while backward runs. A few steps of the tiny model per placement,
 // overlapped against serial, bitwise; and a speculative step (a clip that triggers) whose early

@@ -1,5 +1,5 @@
 // The engine with its gradients on NVMe (offload_optimizer nvme, strata.nvme_grad_chunk: the
-// gradient region of engine/optim/grad_region.h) against the same run with the gradient partition
+// gradient region of engine/nvme/grad_region.h) against the same run with the gradient partition
 // in pinned CPU memory (nvme_grad_chunk 0): bit-identical parameters, losses, loss scales and
 // skipped steps at stage 3, fp32 / bf16 / fp16 with injected overflows, clipping on and off,
 // gradient accumulation 2, the overlapped step on and off. Chunks of 4096 elements and two chunk

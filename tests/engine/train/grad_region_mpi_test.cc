@@ -1,4 +1,4 @@
-// The gradient region (engine/optim/grad_region.h) on two ranks under mpirun: stage 3 with the
+// The gradient region (engine/nvme/grad_region.h) on two ranks under mpirun: stage 3 with the
 // optimizer on NVMe, the gradients through each rank's region (chunks of 4096 elements, two chunk
 // buffers) against the same run with them in pinned CPU memory — bit-identical parameters and
 // losses on every rank, gradient accumulation 2, fp32 with clipping and bf16 without, the

@@ -103,7 +103,7 @@ TEST(PartitionLayoutTest, SubGroupSizeZeroIsOneParameterPerGroup) {
   EXPECT_EQ(l->SubGroups(1u << 20).size(), 1u);
 }
 
-// The NVMe optimizer's swap chunks (engine/optim/swap_chunks.h): against an element-by-element
+// The NVMe optimizer's swap chunks (engine/nvme/swap_chunks.h): against an element-by-element
 // reference, every piece lies in one sub-group, holds at most max elements, the pieces cover each
 // group in order, and a piece's slices are exactly those whose slots (padding included) it touches.
 TEST(PartitionLayoutTest, SplitSubGroupsCutsGroupsIntoBoundedPiecesWithTheSlicesTheyTouch) {

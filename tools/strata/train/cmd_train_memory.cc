@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "core/units.h"
 #include "engine/base/partition.h"
-#include "engine/optim/swap_chunks.h"
+#include "engine/nvme/swap_chunks.h"
 #include "engine/plan/pageable_plan.h"
 #include "models/llama/llama_footprint.h"
 

@@ -1,9 +1,9 @@
 // StepOverlap's deferred updates (strata.deferred_updates): the sub-groups a step has left are
-// updated during the next forward, each gather waiting for its own (engine/optim/step_overlap.h).
+// updated during the next forward, each gather waiting for its own (engine/overlap/step_overlap.h).
 #include <algorithm>
 #include <string>
 
-#include "engine/optim/step_overlap.h"
+#include "engine/overlap/step_overlap.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 
 #include <algorithm>
 #include <cmath>

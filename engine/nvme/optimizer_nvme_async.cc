@@ -1,4 +1,4 @@
-// NvmeOptimizerState's asynchronous path (engine/optim/optimizer_nvme.h): sub-group states read
+// NvmeOptimizerState's asynchronous path (engine/nvme/optimizer_nvme.h): sub-group states read
 // ahead into the swapper's pinned buffers and written back with the writes left in flight.
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/base/trace.h"
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 
 namespace strata {
 namespace {
@@ -67,7 +67,7 @@ OptimizerSwapper::StateView NvmeOptimizerState::SlotState(size_t k) const {
 // AcquireState would let them go once the room is needed. Where the buffers hold more, keeping
 // saves more than the reserve would cost, and every resident state is kept first. The read-ahead
 // makes that room as I/O completes, every state's at once (Note [Rooms together], Note [Reads
-// while waiting] in step_overlap.cc).
+// while waiting] in step_overlap_worker.cc).
 std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   if (slot_of_.empty()) return {};
   auto bytes_of = [&](int w) -> uint64_t {

@@ -1,4 +1,4 @@
-// NvmeOptimizerState's fused update (engine/optim/optimizer_nvme.h): Adam over a sub-group's slot
+// NvmeOptimizerState's fused update (engine/nvme/optimizer_nvme.h): Adam over a sub-group's slot
 // tile by tile, with the swap checksums verified and computed while the bytes are in cache.
 #include <algorithm>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "offload/device/optimizer_kernel_args.h"
 
 namespace strata {

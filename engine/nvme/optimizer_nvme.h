@@ -2,13 +2,13 @@
 // NVMe counterpart of OptimizerState (engine/optim/optimizer_state.h). The fp32 master weights and
 // the Adam moments of one rank's flat partition live on NVMe, one swap extent per sub-group
 // (`sub_group_size`, cut by the engine into swap chunks of at most strata.swap_chunk_bytes:
-// engine/optim/swap_chunks.h; here a "sub-group" is one such chunk, so every pinned buffer and
+// engine/nvme/swap_chunks.h; here a "sub-group" is one such chunk, so every pinned buffer and
 // the stage below are bounded by the chunk, not by sub_group_size), and are stepped through the
 // pipelined OptimizerSwapper (swap/): read(i+1) ||
 // CPU Adam(i) || write(i-1) with `pipeline_read` / `pipeline_write` and `buffer_count` pinned
 // buffers. The fp32 gradient partition stays in pinned CPU memory (PinnedPool, charged to the
 // TierBudget), where the engine accumulates it — or, with grad_chunk_numel set, on NVMe in a
-// GradRegion (engine/optim/grad_region.h; grad() is then null): the step reads each sub-group's
+// GradRegion (engine/nvme/grad_region.h; grad() is then null): the step reads each sub-group's
 // gradients from it into one sub-group-sized buffer just before its update, and the norm and
 // overflow check are the region's (taken as the gradients were written).
 //
@@ -62,7 +62,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
-#include "engine/optim/grad_region.h"
+#include "engine/nvme/grad_region.h"
 #include "engine/optim/param_copy_target.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
@@ -171,7 +171,7 @@ class NvmeOptimizerState {
   Status Step(int64_t step, const Hyperparams& hp, float grad_scale, ParamCopyTarget* copy);
 
   // As Step, but sub-groups with skip[i] != 0 are left alone (the overlapped step updated them:
-  // engine/optim/step_overlap.h). With none skipped and nothing in the slots this is Step;
+  // engine/overlap/step_overlap.h). With none skipped and nothing in the slots this is Step;
   // otherwise the rest go through the asynchronous path: the states already read ahead first, the
   // next reads in flight during each update, the updated states left dirty in the buffers. `skip`
   // has num_sub_groups() entries.
@@ -180,7 +180,7 @@ class NvmeOptimizerState {
   Status StepExcept(int64_t step, const Hyperparams& hp, float grad_scale, ParamCopyTarget* copy,
                     const std::vector<char>& skip);
 
-  // Per sub-group steps (the overlapped step: engine/optim/step_overlap.h). PrepareSubGroupSteps
+  // Per sub-group steps (the overlapped step: engine/overlap/step_overlap.h). PrepareSubGroupSteps
   // (the engine's thread) writes the stage and zeros for sub-groups never written (nothing, and no
   // drain, when there are none); then, from one thread at a time, each sub-group's state is
   // acquired in a slot (AcquireState, below), updated in place (UpdateSubGroup: the same kernel,

@@ -3,7 +3,7 @@
 // overlapped with backward, exactly".
 //
 // Readiness. A sub-group (engine/base/partition.h) is a run of parameter slices (whole ones; with
-// NVMe swap chunks, engine/optim/swap_chunks.h, a chunk may hold part of a slice and share it with
+// NVMe swap chunks, engine/nvme/swap_chunks.h, a chunk may hold part of a slice and share it with
 // its neighbours), so it is complete once every parameter it touches has been reduced into the
 // device gradient partition.
 // Begin (the engine, before the boundary Backward) arms a count per sub-group; the GradReducer
@@ -15,7 +15,7 @@
 // and writes the sub-group's compute-dtype copy (param_copy: the stage-3 shards themselves when
 // they live in pinned CPU memory).
 //
-// NVMe (Note [Overlapped NVMe pipeline] in step_overlap.cc): the states move through the
+// NVMe (Note [Overlapped NVMe pipeline] in step_overlap_worker.cc): the states move through the
 // optimizer's pinned swap buffers with NvmeOptimizerState's asynchronous path. The read-ahead
 // starts at the boundary micro-batch's Forward (StartReadAhead), in the order backward reaches the
 // sub-groups (the last first), as far as the buffers allow; each update puts the next reads in
@@ -71,7 +71,7 @@
 #include "cpu_adam/cpu_optimizer.h"
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
-#include "engine/optim/optimizer_nvme.h"
+#include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/optimizer_state.h"
 #include "engine/zero/param_fence.h"
 #include "engine/zero/param_store.h"
@@ -138,6 +138,7 @@ class StepOverlap final : public ParamFence {
   static constexpr int kRetryAfter = 8;
   // How often the worker, waiting for I/O with nothing ready, looks at the ready queue again.
   static constexpr std::chrono::microseconds kIoPoll{1000};
+  static double NowMs();  // steady clock, for the step's accounting
 
   // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
   // are incomplete.
@@ -181,7 +182,7 @@ class StepOverlap final : public ParamFence {
   // step. Internal if an early update had no kept copy (a non-speculative step cannot roll back).
   Status Rollback();
 
-  // Deferred updates (strata.deferred_updates, Note [Deferred updates] in step_overlap.cc).
+  // Deferred updates (strata.deferred_updates, Note [Deferred updates] in step_overlap_defer.cc).
   // Whether Defer can take every sub-group the step has left: stage 3 with the shards where the
   // worker's updates reach them without the step (param_copy is the pinned CPU shards, or
   // param_store is set), and no sub-group on the device side of a partial offload.

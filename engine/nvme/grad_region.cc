@@ -1,4 +1,4 @@
-#include "engine/optim/grad_region.h"
+#include "engine/nvme/grad_region.h"
 
 #include <algorithm>
 #include <cmath>
