@@ -197,7 +197,7 @@ int Run(Args a) {
                 static_cast<long long>(max_layers), two_ram_layers);
   if (!a.json) std::printf("scale: %s\n", line);
   const AioSpeed probe = Probe(o.dir);
-  double estimate_s = 0;
+  double estimate_s = 0, estimate_fit_s = 0;  // every size; the sizes the disk holds
   std::string fit, misfit;  // the sizes the disk holds, and what those it does not would need
   double most_needed = 0;
   for (const auto& [name, layers] : sizes) {
@@ -239,6 +239,7 @@ int Run(Args a) {
       most_needed = std::max(most_needed, need);
     } else {
       fit += (fit.empty() ? "" : ",") + name;
+      estimate_fit_s += est;
     }
   }
   // Every size is checked before any runs: a run refuses the sizes this disk cannot hold, and an
@@ -255,10 +256,25 @@ int Run(Args a) {
                            : "run the sizes that fit: --sizes " + fit);
   }
   if (!a.json) {
-    std::printf(
-        "scale: the whole run should take >= %.0f min (NVMe traffic alone; compute and "
-        "the resident bound models add to it)\n",
-        estimate_s / 60);
+    // With sizes the disk cannot hold, the run is refused: the time that matters is the run the
+    // refusal advises (the sizes that fit), and all sizes' only on a disk that holds them.
+    if (misfit.empty()) {
+      std::printf(
+          "scale: the whole run should take >= %.0f min (NVMe traffic alone; compute and "
+          "the resident bound models add to it)\n",
+          estimate_s / 60);
+    } else if (!fit.empty()) {
+      std::printf(
+          "scale: a run of the sizes that fit (--sizes %s) should take >= %.0f min, all sizes "
+          "on a disk that holds them >= %.0f min (NVMe traffic alone; compute and the resident "
+          "bound models add to it)\n",
+          fit.c_str(), estimate_fit_s / 60, estimate_s / 60);
+    } else {
+      std::printf(
+          "scale: no size fits this disk; on one that holds them the whole run should take "
+          ">= %.0f min (NVMe traffic alone; compute and the resident bound models add to it)\n",
+          estimate_s / 60);
+    }
     std::fflush(stdout);
   }
   json out;
@@ -266,7 +282,8 @@ int Run(Args a) {
   out["ram_bytes"] = ram;
   out["disk_free_bytes"] = free_bytes;
   out["largest_layers_the_disk_holds"] = max_layers;
-  out["estimated_min_s"] = estimate_s;
+  out["estimated_min_s"] = estimate_s;  // every size, on a disk that holds them
+  out["estimated_min_s_sizes_that_fit"] = estimate_fit_s;
   out["plan"] = plan;
   out["sizes_that_fit"] = fit;
   if (a.estimate_only) {

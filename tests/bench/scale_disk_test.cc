@@ -44,11 +44,24 @@ TEST(ScaleDiskTest, AnEstimateSaysWhichSizesDoNotFitAndExitsZero) {
   EXPECT_FALSE(j["plan"][2]["fits_on_disk"].get<bool>());
   EXPECT_EQ(j["sizes_that_fit"], "1b,2b");
   EXPECT_THAT(j["not_enough_disk"].get<std::string>(), HasSubstr("max needs"));
+  // The time of the run the refusal advises: the sizes that fit, not every size.
+  const double fit_s = j["plan"][0]["estimated_nvme_s"].get<double>() +
+                       j["plan"][1]["estimated_nvme_s"].get<double>();
+  const double all_s = fit_s + j["plan"][2]["estimated_nvme_s"].get<double>();
+  EXPECT_GT(fit_s, 0);
+  EXPECT_NEAR(j["estimated_min_s_sizes_that_fit"].get<double>(), fit_s, 1e-9 * all_s);
+  EXPECT_NEAR(j["estimated_min_s"].get<double>(), all_s, 1e-9 * all_s);
 
   r = testing::RunCommand(Scale(dir) + " --estimate-only --disk-free " + free);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("(more than the disk has)"));
   EXPECT_THAT(r.out, HasSubstr("a run would be refused"));
+  EXPECT_THAT(r.out, HasSubstr("a run of the sizes that fit (--sizes 1b,2b) should take >= "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("the whole run should take")));
+  // With every size fitting, the whole run's time.
+  r = testing::RunCommand(Scale(dir) + " --estimate-only");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("the whole run should take >= "));
 }
 
 TEST(ScaleDiskTest, ARunRefusesBeforeTrainingAndItsAdviceRuns) {
