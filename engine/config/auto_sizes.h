@@ -1,8 +1,8 @@
 // Sizing keys written "auto" (buffer sizes and counts, sub_group_size, live and prefetch limits,
 // max_in_cpu, bucket sizes, persistence thresholds): the planner chooses, and says what it chose.
 // Reading the config gives each a documented value (Hugging Face's hidden-size rule where it has
-// one, else DeepSpeed's default: zero_config.cc); the ones that depend on the model are settled
-// here once its parameters are known (strata train and Engine::Initialize call it), and
+// one, else DeepSpeed's default: deepspeed/zero_config.cc); the ones that depend on the model are
+// settled here once its parameters are known (strata train and Engine::Initialize call it), and
 // AutoSizesText lists every choice with its reason for start-up output.
 #pragma once
 

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/config/deepspeed_keys.h"
-#include "engine/config/section_reader.h"
+#include "engine/config/deepspeed/deepspeed_keys.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 namespace {

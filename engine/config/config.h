@@ -18,15 +18,15 @@
 
 #include "aio/aio_options.h"
 #include "core/status.h"
-#include "engine/config/activation_checkpointing_config.h"
-#include "engine/config/batch_config.h"
-#include "engine/config/diagnostics.h"
-#include "engine/config/optimizer_config.h"
-#include "engine/config/precision_config.h"
-#include "engine/config/run_context.h"
-#include "engine/config/scheduler_config.h"
-#include "engine/config/strata_section.h"
-#include "engine/config/zero_config.h"
+#include "engine/config/deepspeed/activation_checkpointing_config.h"
+#include "engine/config/deepspeed/batch_config.h"
+#include "engine/config/deepspeed/optimizer_config.h"
+#include "engine/config/deepspeed/precision_config.h"
+#include "engine/config/deepspeed/scheduler_config.h"
+#include "engine/config/deepspeed/zero_config.h"
+#include "engine/config/reader/diagnostics.h"
+#include "engine/config/reader/run_context.h"
+#include "engine/config/strata/strata_section.h"
 
 namespace strata {
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "core/status.h"
-#include "engine/config/scheduler_config.h"
+#include "engine/config/deepspeed/scheduler_config.h"
 
 namespace strata {
 

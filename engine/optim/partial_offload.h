@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "engine/base/partition.h"
-#include "engine/config/zero_config.h"
+#include "engine/config/deepspeed/zero_config.h"
 
 namespace strata {
 

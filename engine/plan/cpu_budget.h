@@ -1,5 +1,5 @@
-// Planning within a CPU budget (strata.cpu_memory, engine/config/cpu_memory.h): the sizing keys
-// the planner owns — with NVMe placements the optimizer's swap buffers (buffer_count, the
+// Planning within a CPU budget (strata.cpu_memory, engine/config/strata/cpu_memory.h): the sizing
+// keys the planner owns — with NVMe placements the optimizer's swap buffers (buffer_count, the
 // sub-group they hold), the parameter swap buffers (buffer_count, buffer_size) and max_in_cpu —
 // are chosen, each as large as the budget allows, so that the plan's CPU memory (pinned +
 // pageable) stays within it. Engine::Initialize and `strata train` choose the keys written

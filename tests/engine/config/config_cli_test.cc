@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/config/json_document.h"
+#include "engine/config/reader/json_document.h"
 
 namespace strata {
 namespace {

@@ -1,6 +1,6 @@
 // The hjson-style reader: comments, trailing commas, "_" comment keys, duplicate keys, positions
 // and syntax errors with line, column and the text around them.
-#include "engine/config/json_document.h"
+#include "engine/config/reader/json_document.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

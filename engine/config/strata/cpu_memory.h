@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 

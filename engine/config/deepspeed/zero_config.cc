@@ -1,4 +1,4 @@
-#include "engine/config/zero_config.h"
+#include "engine/config/deepspeed/zero_config.h"
 
 #include <algorithm>
 #include <cmath>

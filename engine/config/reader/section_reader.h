@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/config/diagnostics.h"
-#include "engine/config/json_document.h"
-#include "engine/config/run_context.h"
+#include "engine/config/reader/diagnostics.h"
+#include "engine/config/reader/json_document.h"
+#include "engine/config/reader/run_context.h"
 
 namespace strata::internal {
 

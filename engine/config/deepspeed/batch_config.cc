@@ -1,4 +1,4 @@
-#include "engine/config/batch_config.h"
+#include "engine/config/deepspeed/batch_config.h"
 
 #include <optional>
 #include <string>

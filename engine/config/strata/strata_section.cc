@@ -1,10 +1,10 @@
-#include "engine/config/strata_section.h"
+#include "engine/config/strata/strata_section.h"
 
 #include <charconv>
 #include <functional>
 
 #include "aio/aio_config.h"
-#include "engine/config/cpu_memory.h"
+#include "engine/config/strata/cpu_memory.h"
 
 namespace strata {
 
@@ -147,7 +147,7 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
         s.KeyPath("nvme_grad_chunk"),
         "must be a multiple of 16 KiB (4096 fp32 gradients), or 0 (gradients in CPU memory)");
   }
-  ReadCpuMemory(s, &out->cpu_memory_bytes);  // engine/config/cpu_memory.h
+  ReadCpuMemory(s, &out->cpu_memory_bytes);  // engine/config/strata/cpu_memory.h
   if (s.Int("lm_head_chunk", &out->lm_head_chunk, 0, Section::kMaxInt, /*auto_ok=*/true) ==
       Got::kAuto) {
     out->lm_head_chunk = StrataConfig::kLmHeadChunkAuto;

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/config/json_document.h"
+#include "engine/config/reader/json_document.h"
 
 namespace strata {
 

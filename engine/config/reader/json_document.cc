@@ -1,4 +1,4 @@
-#include "engine/config/json_document.h"
+#include "engine/config/reader/json_document.h"
 
 #include <cctype>
 #include <charconv>

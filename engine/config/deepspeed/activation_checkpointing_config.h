@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "engine/config/deepspeed_keys.h"
+#include "engine/config/deepspeed/deepspeed_keys.h"
 
 #include <algorithm>
 #include <map>

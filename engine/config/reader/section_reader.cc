@@ -1,4 +1,4 @@
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 #include <algorithm>
 #include <cctype>

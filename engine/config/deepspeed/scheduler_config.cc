@@ -1,4 +1,4 @@
-#include "engine/config/scheduler_config.h"
+#include "engine/config/deepspeed/scheduler_config.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "engine/config/optimizer_config.h"
+#include "engine/config/deepspeed/optimizer_config.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "engine/config/cpu_memory.h"
+#include "engine/config/strata/cpu_memory.h"
 
 #include <cmath>
 #include <cstdio>

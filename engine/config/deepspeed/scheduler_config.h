@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 

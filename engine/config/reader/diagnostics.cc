@@ -1,4 +1,4 @@
-#include "engine/config/diagnostics.h"
+#include "engine/config/reader/diagnostics.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "engine/config/activation_checkpointing_config.h"
+#include "engine/config/deepspeed/activation_checkpointing_config.h"
 
 namespace strata::internal {
 

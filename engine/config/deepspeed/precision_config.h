@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 
 #include "aio/aio_options.h"
 #include "engine/comm/registry.h"  // CommBackend
-#include "engine/config/section_reader.h"
+#include "engine/config/reader/section_reader.h"
 
 namespace strata {
 
@@ -48,7 +48,7 @@ struct StrataConfig {
   // Cap on page-locked host memory in bytes; 0 = unlimited.
   uint64_t pinned_memory_limit_bytes = 0;
   // strata.cpu_memory: the CPU memory (pinned + pageable) one rank plans within; 0 = no budget.
-  // "auto" is resolved when the config is read (engine/config/cpu_memory.h).
+  // "auto" is resolved when the config is read (engine/config/strata/cpu_memory.h).
   uint64_t cpu_memory_bytes = 0;
   // Not a key: set once the planner chose the "auto" sizing keys within cpu_memory
   // (engine/plan/cpu_budget.h), so a second pass (the engine after `strata train`) keeps them.

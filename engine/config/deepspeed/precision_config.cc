@@ -1,4 +1,4 @@
-#include "engine/config/precision_config.h"
+#include "engine/config/deepspeed/precision_config.h"
 
 #include <string>
 
