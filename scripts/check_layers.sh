@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_layers.sh: fails when a source file includes one that is not below it in the layer order
 # written in cmake/layers.txt (layers: core < aio, cpu_adam < offload < ...; rooms inside engine/,
-# nn/, offload/). Prints one line per offending include: file:line, the include, and both rooms.
+# nn/, offload/, and rooms inside a room, as engine/config's). Prints one line per offending include: file:line, the include, and both rooms.
 #
 #   scripts/check_layers.sh [--root DIR] [--layers FILE]
 #   (defaults: this checkout, its cmake/layers.txt)
@@ -64,23 +64,31 @@ top = scopes["."]
 layers_file_rel = os.path.relpath(layers_file, root) if layers_file.startswith(root) else layers_file
 
 def place(path):
-    """(layer, layer level, room, room level) of a repository path, or None if not in a layer."""
+    """(layer, layer level, rooms) of a repository path, or None if not in a layer. rooms is one
+    (scope, room, level) per scope the path is in: the layer's, then its room's if that room is
+    ordered too (`engine/config: reader < ...`), and so on down."""
     parts = path.split("/")
     if len(parts) < 2 or parts[0] not in top:
         return None
     layer = parts[0]
     level, _ = top[layer]
-    inner = scopes.get(layer)
-    if inner is None:
-        return layer, level, ".", 0
-    sub = parts[1] if len(parts) > 2 and parts[1] in inner else "."
-    if sub == "." and "." not in inner:  # no root room named: the layer's root is on top
-        return layer, level, ".", max(lv for lv, _ in inner.values()) + 1
-    room_level, room = inner[sub]
-    return layer, level, room, room_level
+    rooms = []
+    scope, rest = layer, parts[1:]
+    while scope in scopes:
+        inner = scopes[scope]
+        sub = rest[0] if len(rest) > 1 and rest[0] in inner else "."
+        if sub == "." and "." not in inner:  # no root room named: the scope's root is on top
+            rooms.append((scope, ".", max(lv for lv, _ in inner.values()) + 1))
+            break
+        room_level, room = inner[sub]
+        rooms.append((scope, room, room_level))
+        if sub == ".":
+            break
+        scope, rest = f"{scope}/{sub}", rest[1:]
+    return layer, level, rooms
 
-def name(layer, room):
-    return layer if room == "." else f"{layer}/{room}"
+def name(scope, room):
+    return scope if room == "." else f"{scope}/{room}"
 
 include_re = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 bad = []
@@ -107,12 +115,19 @@ for dirpath, dirnames, filenames in os.walk(root):
                 it = place(inc)
                 if it is None:
                     continue
-                (ml, mlv, mr, mrv), (il, ilv, ir, irv) = me, it
+                (ml, mlv, mrooms), (il, ilv, irooms) = me, it
                 if il == ml:
-                    if ir == mr or irv < mrv:
+                    # The first scope where the two rooms differ orders them.
+                    why = None
+                    for (sc, mr, mrv), (_, ir, irv) in zip(mrooms, irooms):
+                        if ir == mr:
+                            continue
+                        if irv >= mrv:
+                            why = (f"room {name(sc, ir)} is not below room {name(sc, mr)} "
+                                   f"({layers_file_rel}: {sc})")
+                        break
+                    if why is None:
                         continue
-                    why = (f"room {name(il, ir)} is not below room {name(ml, mr)} "
-                           f"({layers_file_rel}: {ml})")
                 elif ilv < mlv:
                     continue
                 else:
