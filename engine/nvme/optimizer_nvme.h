@@ -243,8 +243,9 @@ class NvmeOptimizerState {
   bool async_busy() const;
   // The sub-groups of `wanted` (in the order they will be needed) the read-ahead keeps, in that
   // order: those whose states are in the buffers already, and the first of the others whose
-  // states fit in the room those leave (Note [Resident states stay] in optimizer_nvme_async.cc).
-  // Empty until the buffers are made (the first ReadAhead or AcquireState).
+  // states fit in the room those leave (Note [Resident states stay] in
+  // optimizer_nvme_read_ahead.cc). Empty until the buffers are made (the first ReadAhead or
+  // AcquireState).
   std::vector<int> Window(std::span<const int> wanted) const;
   // Whether sub-group i's state has a slot (a read in flight, a copy, or a write in flight). Any
   // thread may ask (the gradient region's adds do: Note [Gradients of resident states]); the
@@ -298,6 +299,10 @@ class NvmeOptimizerState {
   void set_pipelining(bool read, bool write) { swapper_->set_pipelining(read, write); }
 
  private:
+  // Whether sub-group x is in v (a keep set or a window: a few sub-groups).
+  static bool InSet(std::span<const int> v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  }
   NvmeOptimizerState(const NvmeOptimizerStateOptions& options, CpuOptimizer optimizer)
       : options_(options), optimizer_(std::move(optimizer)) {}
   // Index of the sub-group holding flat element `e` (numel() for the end).

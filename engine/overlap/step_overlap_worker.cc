@@ -29,7 +29,7 @@ namespace strata {
 // Now, until its own state is resident, the worker waits for the oldest I/O in flight and reads
 // ahead again as each one completes, and once its state is there it reads ahead once more before
 // Adam runs, so the next states' reads and evictions keep the queue busy while it computes
-// (Note [Room to read ahead] in optimizer_nvme_async.cc). Only when I/O is issued changes; the
+// (Note [Room to read ahead] in optimizer_nvme_read_ahead.cc). Only when I/O is issued changes; the
 // updates and their order do not.
 // Note [Overlapped NVMe pipeline]
 // The worker alternates between two kinds of work. A ready sub-group (its gradients are on the
@@ -74,8 +74,8 @@ std::vector<int> StepOverlap::WantedLocked(int first) const {
   // (bench/overlap's io size: ~40 ms a step), and that backward's first states were read when
   // their updates asked for them; and the read-ahead's room choice saw the states wanted next
   // step as not wanted at all. With the whole order the idle worker reads the next phase's first
-  // states (Window and Note [The next state's room] in optimizer_nvme_async.cc pick the room as
-  // before: the copies wanted last go first). Same session, old / new engine, two runs each
+  // states (Window and Note [The next state's room] in optimizer_nvme_read_ahead.cc pick the room
+  // as before: the copies wanted last go first). Same session, old / new engine, two runs each
   // (`overlap --json --rounds 2`): io 0.245, 0.268 / 0.216, 0.214 s a step, nvme 0.271, 0.242 /
   // 0.211, 0.201 s, balanced and compute within the spread; NVMe bytes at io 312-329 / 235 MB
   // read a step. The idle worker now also waits for read-ahead I/O at a phase's end, so the

@@ -314,7 +314,7 @@ TEST_F(NvmeSlotsBySizeTest, OneBufferDropsReadAheadCopiesForTheLargeStateAndKeep
   }
 }
 
-// Resident states stay (Note [Resident states stay] in engine/nvme/optimizer_nvme_async.cc):
+// Resident states stay (Note [Resident states stay] in engine/nvme/optimizer_nvme_read_ahead.cc):
 // six equal sub-groups, three buffers (room for three states), every step in the backward's order
 // (the last sub-group first) with the worker's calls. A step starts with the three states the
 // last one updated last still in the buffers; it reads the three it lacks, and the first one it

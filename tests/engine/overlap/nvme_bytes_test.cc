@@ -4,7 +4,7 @@
 // 3 parts of 4 C bytes (4 KiB aligned); offload_optimizer.buffer_count buffers of the largest
 // state hold that many states. With the states of a step not all fitting, a step must read (and
 // write) at least what the buffers cannot hold; keeping the states the last step left (Note
-// [Resident states stay] in engine/nvme/optimizer_nvme_async.cc) it reads one state more than
+// [Resident states stay] in engine/nvme/optimizer_nvme_read_ahead.cc) it reads one state more than
 // that at most: the first state it needs takes the room of the one it needs last. Before, every
 // state was read and written every step. The NVMe gradient region (strata.nvme_grad_chunk, chunks
 // of C elements: one per sub-group) writes the gradients of the sub-groups whose states are not
