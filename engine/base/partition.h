@@ -35,6 +35,7 @@ struct SubGroup {
   size_t end_slice = 0;
   size_t flat_begin = 0;  // [flat_begin, flat_end) of the flat partition
   size_t flat_end = 0;
+  size_t numel() const { return flat_end - flat_begin; }
 };
 
 class PartitionLayout {

@@ -18,8 +18,6 @@ namespace {
 
 constexpr char kPathKey[] = "zero_optimization.offload_optimizer.nvme_path";
 
-size_t Numel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
-
 }  // namespace
 
 Result<NvmeOptimizerStateOptions> NvmeOptimizerStateOptionsFromConfig(const Config& config,
@@ -110,15 +108,15 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
   if (!swapper.ok()) return swapper.status().WithContext("offload_optimizer nvme");
   s->swapper_ = std::move(swapper).value();
   for (size_t i = 0; i < sub_groups.size(); ++i) {
-    if (Numel(sub_groups[i]) == 0) {
+    if (sub_groups[i].numel() == 0) {
       s->swap_index_.push_back(-1);
       continue;
     }
-    auto idx = s->swapper_->AddSubGroup(Numel(sub_groups[i]), 0);
+    auto idx = s->swapper_->AddSubGroup(sub_groups[i].numel(), 0);
     if (!idx.ok()) {
       return idx.status().WithContext("offload_optimizer nvme: reserving sub-group " +
                                       std::to_string(i) + " (" +
-                                      FormatBytes(3 * Numel(sub_groups[i]) * sizeof(float)) + ")");
+                                      FormatBytes(3 * sub_groups[i].numel() * sizeof(float)) + ")");
     }
     s->swap_index_.push_back(*idx);
     s->swap_to_group_.push_back(static_cast<int>(i));
@@ -156,7 +154,7 @@ Result<std::unique_ptr<NvmeOptimizerState>> NvmeOptimizerState::Create(
     s->region_ = std::move(region).value();
     s->region_->set_hold([p = s.get()](size_t b, size_t e) { return p->HoldsGrads(b, e); });
     size_t largest = 1;
-    for (const SubGroup& g : sub_groups) largest = std::max(largest, Numel(g));
+    for (const SubGroup& g : sub_groups) largest = std::max(largest, g.numel());
     po.buffer_bytes = largest * sizeof(float);
     po.lock = false;  // read by the CPU update only
     po.device = nullptr;
@@ -183,115 +181,11 @@ uint64_t NvmeOptimizerState::cpu_bytes() const {
          (region_ != nullptr ? region_->cpu_bytes() : 0);
 }
 
-void NvmeOptimizerState::SumNormChunksHere(size_t first, size_t last) const {
-  for (size_t k = first; k < last;) {  // in runs of chunks not summed yet
-    if (norm_ready_[k] != 0) {
-      ++k;
-      continue;
-    }
-    size_t e = k;
-    while (e < last && norm_ready_[e] == 0) ++e;
-    const size_t b = k * kSquaredNormChunk, stop = std::min(numel_, e * kSquaredNormChunk);
-    SquaredNormChunkSums(grad_ + b, stop - b, norm_sums_.data() + k);
-    std::fill(norm_ready_.begin() + static_cast<std::ptrdiff_t>(k),
-              norm_ready_.begin() + static_cast<std::ptrdiff_t>(e), 1);
-    k = e;
-  }
-}
-
-void NvmeOptimizerState::SumNormChunks(size_t first, size_t last) const {
-  // Chunks are independent: computed in parallel.
-  tbb::parallel_for(tbb::blocked_range<size_t>(first, last, 64),
-                    [&](const auto& r) { SumNormChunksHere(r.begin(), r.end()); });
-}
-
-std::pair<size_t, size_t> NvmeOptimizerState::WholeChunks(size_t begin, size_t end) const {
-  end = std::min(end, numel_);
-  // The chunks wholly inside [begin, end); the last chunk of the partition may be short.
-  const size_t first = (begin + kSquaredNormChunk - 1) / kSquaredNormChunk;
-  const size_t last = end == numel_ ? norm_sums_.size() : end / kSquaredNormChunk;
-  return {first, std::max(first, last)};
-}
-
-void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
-  if (region_ != nullptr) return;  // the region took its sums as the gradients were written
-  const auto [first, last] = WholeChunks(begin, end);
-  if (first < last) SumNormChunks(first, last);
-}
-
-double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
-  // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
-  // parallel, added in order: the same bits as the sequential loop.
-  if (end <= begin) return 0;
-  if (region_ != nullptr) return region_->SquaredNorm();
-  double total = 0;
-  if (begin == 0 && end == numel_) {
-    SumNormChunks(0, norm_sums_.size());
-    for (const double s : norm_sums_) total += s;
-    std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
-    return total;
-  }
-  std::vector<double> sums(SquaredNormChunks(end - begin));
-  ParallelSquaredNormChunkSums(grad_ + begin, end - begin, sums.data());
-  for (const double s : sums) total += s;
-  return total;
-}
-
-bool NvmeOptimizerState::GradHasNonFinite(size_t begin, size_t end) const {
-  if (region_ != nullptr) return region_->HasNonFinite();
-  if (begin == 0 && end == numel_) {
-    SumNormChunks(0, norm_sums_.size());  // kept for GradSquaredNorm
-    return std::any_of(norm_sums_.begin(), norm_sums_.end(),
-                       [](double s) { return !std::isfinite(s); });
-  }
-  bool bad = false;
-  for (size_t i = begin; i < end; ++i) bad |= !std::isfinite(grad_[i]);
-  return bad;
-}
-
-void NvmeOptimizerState::ZeroGrad(bool memory) const {
-  // A region's next pass starts from zero (GradRegion::BeginPass), with no pass over the bytes.
-  if (memory && region_ == nullptr) std::memset(grad_, 0, numel_ * sizeof(float));
-  std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
-}
-
-Result<const float*> NvmeOptimizerState::SubGroupGrads(int i) {
-  const SubGroup& g = groups_[static_cast<size_t>(i)];
-  if (region_ == nullptr) return grad_ + g.flat_begin;
-  float* out = static_cast<float*>(grad_slab_.data());
-  Status s = region_->Read(g.flat_begin, Numel(g), out);
-  if (!s.ok()) return s.WithContext("gradients of sub-group " + std::to_string(i));
-  return static_cast<const float*>(out);
-}
-
-bool NvmeOptimizerState::HoldsGrads(size_t flat_begin, size_t flat_end) const {
-  if (!hold_grads_.load(std::memory_order_relaxed) || flat_end <= flat_begin) return false;
-  for (int i = SubGroupOf(flat_begin); i < num_sub_groups(); ++i) {
-    const SubGroup& g = groups_[static_cast<size_t>(i)];
-    if (g.flat_begin >= flat_end) break;
-    if (Numel(g) > 0 && !InBuffers(i)) return false;
-  }
-  return true;
-}
-
-Status NvmeOptimizerState::ConsumeGrads(int i) {
-  if (region_ == nullptr || i < 0 || i >= num_sub_groups()) return Status::Ok();
-  const SubGroup& g = groups_[static_cast<size_t>(i)];
-  return region_->Consume(g.flat_begin, Numel(g))
-      .WithContext("gradients of sub-group " + std::to_string(i));
-}
-
-int NvmeOptimizerState::SubGroupOf(size_t e) const {
-  auto it = std::upper_bound(groups_.begin(), groups_.end(), e,
-                             [](size_t v, const SubGroup& g) { return v < g.flat_end; });
-  return static_cast<int>(it - groups_.begin());
-}
-
 Status NvmeOptimizerState::Stage(int i, bool need_contents) {
   if (staged_ == i) return Status::Ok();
   STRATA_RETURN_IF_ERROR(DrainAsync());  // the stage goes through the swapper's buffer 0
   STRATA_RETURN_IF_ERROR(WriteStage());
-  const size_t n = Numel(groups_[static_cast<size_t>(i)]);
+  const size_t n = groups_[static_cast<size_t>(i)].numel();
   const uint64_t want = 3 * uint64_t{n} * sizeof(float);
   if (want > stage_budget_bytes_) {
     if (budget_ != nullptr) {
@@ -318,7 +212,7 @@ Status NvmeOptimizerState::WriteStage() {
   if (staged_ < 0 || !stage_dirty_) return Status::Ok();
   STRATA_RETURN_IF_ERROR(DrainAsync());
   const size_t i = static_cast<size_t>(staged_);
-  const size_t n = Numel(groups_[i]);
+  const size_t n = groups_[i].numel();
   const float* p = stage_.data();
   STRATA_RETURN_IF_ERROR(swapper_->Initialize(swap_index_[i], p, p + n, p + 2 * n));
   written_[i] = true;
@@ -347,88 +241,11 @@ Status NvmeOptimizerState::WriteUnwritten() {
   std::vector<float> zeros;
   for (size_t i = 0; i < groups_.size(); ++i) {
     if (written_[i] || swap_index_[i] < 0) continue;
-    zeros.assign(Numel(groups_[i]), 0.0f);
+    zeros.assign(groups_[i].numel(), 0.0f);
     STRATA_RETURN_IF_ERROR(swapper_->Initialize(swap_index_[i], zeros.data()));
     written_[i] = true;
   }
   return Status::Ok();
-}
-
-Status NvmeOptimizerState::WriteState(size_t flat_begin, std::span<const float> master,
-                                      std::span<const float> exp_avg,
-                                      std::span<const float> exp_avg_sq) {
-  const size_t n = master.size();
-  if ((!exp_avg.empty() && exp_avg.size() != n) ||
-      (!exp_avg_sq.empty() && exp_avg_sq.size() != n)) {
-    return InvalidArgumentError("nvme optimizer state: WriteState got " + std::to_string(n) +
-                                " master values but " + std::to_string(exp_avg.size()) + " / " +
-                                std::to_string(exp_avg_sq.size()) +
-                                " moments (give the same count, or none)");
-  }
-  if (flat_begin > numel_ || n > numel_ - flat_begin) {
-    return InvalidArgumentError("nvme optimizer state: WriteState of [" +
-                                std::to_string(flat_begin) + ", " + std::to_string(flat_begin + n) +
-                                ") is outside the partition of " + std::to_string(numel_));
-  }
-  size_t e = flat_begin;
-  const size_t end = flat_begin + n;
-  while (e < end) {
-    const int i = SubGroupOf(e);
-    const SubGroup& g = groups_[static_cast<size_t>(i)];
-    const size_t stop = std::min(end, g.flat_end);
-    const bool whole = e == g.flat_begin && stop == g.flat_end;
-    STRATA_RETURN_IF_ERROR(Stage(i, !(whole && !exp_avg.empty() && !exp_avg_sq.empty())));
-    const size_t gn = Numel(g), at = e - g.flat_begin, src = e - flat_begin, len = stop - e;
-    float* p = stage_.data();
-    std::memcpy(p + at, master.data() + src, len * sizeof(float));
-    if (!exp_avg.empty()) std::memcpy(p + gn + at, exp_avg.data() + src, len * sizeof(float));
-    if (!exp_avg_sq.empty()) {
-      std::memcpy(p + 2 * gn + at, exp_avg_sq.data() + src, len * sizeof(float));
-    }
-    stage_dirty_ = true;
-    e = stop;
-  }
-  return Status::Ok();
-}
-
-Status NvmeOptimizerState::ReadState(size_t flat_begin, size_t numel, float* master, float* exp_avg,
-                                     float* exp_avg_sq) {
-  if (flat_begin > numel_ || numel > numel_ - flat_begin) {
-    return InvalidArgumentError("nvme optimizer state: ReadState of [" +
-                                std::to_string(flat_begin) + ", " +
-                                std::to_string(flat_begin + numel) +
-                                ") is outside the partition of " + std::to_string(numel_));
-  }
-  size_t e = flat_begin;
-  const size_t end = flat_begin + numel;
-  while (e < end) {
-    const int i = SubGroupOf(e);
-    const SubGroup& g = groups_[static_cast<size_t>(i)];
-    const size_t stop = std::min(end, g.flat_end);
-    STRATA_RETURN_IF_ERROR(Stage(i, true));
-    const size_t gn = Numel(g), at = e - g.flat_begin, dst = e - flat_begin, len = stop - e;
-    const float* p = stage_.data();
-    if (master) std::memcpy(master + dst, p + at, len * sizeof(float));
-    if (exp_avg) std::memcpy(exp_avg + dst, p + gn + at, len * sizeof(float));
-    if (exp_avg_sq) std::memcpy(exp_avg_sq + dst, p + 2 * gn + at, len * sizeof(float));
-    e = stop;
-  }
-  return Status::Ok();
-}
-
-Status NvmeOptimizerState::ReadSubGroup(int i, float* master, float* exp_avg, float* exp_avg_sq) {
-  if (i < 0 || i >= num_sub_groups()) {
-    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
-                                " (there are " + std::to_string(num_sub_groups()) + ")");
-  }
-  const SubGroup& g = groups_[static_cast<size_t>(i)];
-  const size_t n = Numel(g);
-  if (staged_ == i || !written_[static_cast<size_t>(i)] || n == 0) {
-    return ReadState(g.flat_begin, n, master, exp_avg, exp_avg_sq);
-  }
-  // Straight from NVMe into the caller's arrays: no stage.
-  STRATA_RETURN_IF_ERROR(DrainAsync());
-  return swapper_->ReadState(swap_index_[static_cast<size_t>(i)], master, exp_avg, exp_avg_sq);
 }
 
 Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_scale,
@@ -599,7 +416,7 @@ Status NvmeOptimizerState::UpdateSubGroupInto(int i, int64_t step, const Hyperpa
                                 " (there are " + std::to_string(num_sub_groups()) + ")");
   }
   const SubGroup& g = groups_[static_cast<size_t>(i)];
-  const size_t n = Numel(g);
+  const size_t n = g.numel();
   if (n == 0) return Status::Ok();
   if (region_ != nullptr) grad_checks = false;  // the region's sums are taken already
   STRATA_ASSIGN_OR_RETURN(const float* grads, SubGroupGrads(i));
@@ -631,22 +448,6 @@ Status NvmeOptimizerState::UpdateSubGroupInto(int i, int64_t step, const Hyperpa
           .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
   if (fp32_copy) std::memcpy(copy, master, n * sizeof(float));
   if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);
-  return Status::Ok();
-}
-
-Status NvmeOptimizerState::WriteSubGroup(int i, const float* master, const float* exp_avg,
-                                         const float* exp_avg_sq) {
-  if (i < 0 || i >= num_sub_groups()) {
-    return InvalidArgumentError("nvme optimizer state: no sub-group " + std::to_string(i) +
-                                " (there are " + std::to_string(num_sub_groups()) + ")");
-  }
-  const int k = swap_index_[static_cast<size_t>(i)];
-  if (k < 0) return Status::Ok();
-  STRATA_RETURN_IF_ERROR(DrainAsync());
-  STRATA_RETURN_IF_ERROR(
-      swapper_->Initialize(k, master, exp_avg, exp_avg_sq)
-          .WithContext("offload_optimizer nvme: write sub-group " + std::to_string(i)));
-  written_[static_cast<size_t>(i)] = true;
   return Status::Ok();
 }
 

@@ -279,11 +279,11 @@ TEST(DeferredUpdatesCollectivesTest, ADeferredStepIssuesNoAllGather) {
   }
 }
 
-// Note [Copy buffers back while the last gradients land] (engine/overlap/step_overlap.cc): with the
-// updated parameters going to the NVMe store through two copy buffers, the step hands the buffers
-// on while it waits for the last gradients, so the worker updates each sub-group as its gradients
-// land instead of stopping at two and leaving the rest to the next forward. A slow link and a
-// large reduce bucket make nearly every sub-group's gradients land after the backward has
+// Note [Copy buffers back while the last gradients land] (engine/overlap/step_overlap_finish.cc):
+// with the updated parameters going to the NVMe store through two copy buffers, the step hands the
+// buffers on while it waits for the last gradients, so the worker updates each sub-group as its
+// gradients land instead of stopping at two and leaving the rest to the next forward. A slow link
+// and a large reduce bucket make nearly every sub-group's gradients land after the backward has
 // returned, so before, each step deferred all but about two of them; now at most the one whose
 // gradients land last. The parameters stay those of the serial step.
 TEST(DeferredUpdatesCopyBuffersTest, TheStepUpdatesWhatLandsWhileItWaitsForTheLastGradients) {
