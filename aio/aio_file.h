@@ -15,7 +15,7 @@
 #include <string>
 
 #include "aio/aio_future.h"
-#include "aio/file_table.h"
+#include "aio/direct/file_table.h"
 #include "core/status.h"
 
 namespace strata {

@@ -26,8 +26,8 @@
 #include "aio/aio_file.h"
 #include "aio/aio_future.h"
 #include "aio/aio_options.h"
-#include "aio/file_table.h"
-#include "aio/io_engine.h"
+#include "aio/direct/file_table.h"
+#include "aio/engine/io_engine.h"
 #include "core/status.h"
 
 namespace strata {

@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 
 namespace strata {
 

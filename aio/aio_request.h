@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 
-#include "aio/file_table.h"
-#include "aio/io_engine.h"
+#include "aio/direct/file_table.h"
+#include "aio/engine/io_engine.h"
 #include "core/status.h"
 
 namespace strata::internal {

@@ -17,8 +17,8 @@
 
 #include "aio/aio_options.h"
 #include "aio/aio_request.h"
-#include "aio/aligned_buffer.h"
-#include "aio/io_engine.h"
+#include "aio/direct/aligned_buffer.h"
+#include "aio/engine/io_engine.h"
 
 namespace strata {
 class Tracer;
@@ -44,7 +44,7 @@ class AioWorker {
   // Any thread: the piece latencies (ns) recorded since the last call (record_latency only).
   std::vector<int64_t> TakeLatencies();
   // Any thread: the most read pieces this worker had in flight at once since the last call
-  // (Note [Reads in flight] in aio_worker.cc).
+  // (Note [Reads in flight] in aio_worker_trace.cc).
   int TakeMaxReadsInFlight();
 
  private:
@@ -63,6 +63,8 @@ class AioWorker {
     bool* done;
   };
 
+  // Steady-clock now, in ns (piece latencies, reads in flight over a traced batch).
+  static int64_t NowNs();
   void Run();
   void RunControls(std::deque<Control>& controls);
   void DoBuffered(Segment& seg);
@@ -80,7 +82,8 @@ class AioWorker {
   void OnReapError(const Status& error);
   void TearDown(const Status& cause);
   IoRequest MakeRequest(int slot) const;
-  // Trace spans (Note [A traced batch] in aio_worker.cc); nothing when CurrentTracer() is null.
+  // Trace spans (Note [A traced batch] in aio_worker_trace.cc); nothing when CurrentTracer() is
+  // null.
   void OpenTraceBatch();
   void AddToTraceBatch(const Segment& seg);
   void EndTraceBatch();

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/status.h"
 #include "offload/device/device.h"
 #include "offload/tier_budget.h"

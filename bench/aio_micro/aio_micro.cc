@@ -20,7 +20,7 @@
 #include <benchmark/benchmark.h>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 
 namespace strata::bench {
 

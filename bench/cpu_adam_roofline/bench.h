@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "bench/cpu_adam_roofline/arrays.h"
 #include "bench/cpu_adam_roofline/measure.h"
 #include "bench/cpu_adam_roofline/streams.h"

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/flags.h"
 #include "core/units.h"
 #include "swap/optimizer_swapper.h"

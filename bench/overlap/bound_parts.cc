@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "offload/device/host/streaming_copy.h"
 #include "offload/device/registry.h"
 #include "swap/swap_space.h"

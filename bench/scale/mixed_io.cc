@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 
 namespace strata::bench {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/flags.h"
 #include "core/units.h"
 #include "swap/swap_space.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/units.h"
 #include "offload/device/optimizer_kernel_args.h"
 #include "offload/device/optimizer_kernels.h"

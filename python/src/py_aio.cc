@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "python/src/py_buffer.h"
 #include "python/src/py_errors.h"
 

@@ -11,7 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "tests/aio/faulty_engine.h"
 #include "tests/support/aio_or_skip.h"
 #include "tests/support/status_matchers.h"

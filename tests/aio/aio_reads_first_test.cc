@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "tests/support/aio_or_skip.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -1,5 +1,5 @@
 // How deep an aio thread's read queue ran (AioHandle::TakeMaxReadsInFlight, Note [Reads in
-// flight] in aio/aio_worker.cc): a read of more pieces than the queue holds fills every slot;
+// flight] in aio/aio_worker_trace.cc): a read of more pieces than the queue holds fills every slot;
 // reads issued one at a time and waited for keep one piece in flight; writes are not counted; each
 // call starts a new count.
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "tests/support/aio_or_skip.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -10,7 +10,7 @@
 #include <ostream>
 #include <unordered_map>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 
 namespace strata {
 // Readable parameter names in gtest/ctest output.

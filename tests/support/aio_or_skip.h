@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 
 namespace strata::testing {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "tools/aio_bench/pattern.h"
 
 namespace strata::aio_bench {

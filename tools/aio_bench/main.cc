@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 #include "core/units.h"
 #include "tools/aio_bench/args.h"
 #include "tools/aio_bench/bench_runner.h"

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/status.h"
 #include "offload/device/device.h"
 

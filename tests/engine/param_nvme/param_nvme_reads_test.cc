@@ -3,10 +3,10 @@
 // 64 KiB pieces each, so one shard read at a time never fills a queue of eight; a decoder layer
 // (the prefetch bucket) is twelve and more. The Chrome trace's aio spans on the parameter swap
 // file say how many read pieces were in flight at once (max_reads_in_flight, Note [Reads in
-// flight] in aio/aio_worker.cc): during a forward that reads every shard, the most is the queue
-// depth. The disk is made slow (every piece completes kPieceLatency after it was submitted, Note
-// [A slow disk]), so the count says how the engine issues its reads, not how fast this machine's
-// disk or an instrumented (ASan) build is.
+// flight] in aio/aio_worker_trace.cc): during a forward that reads every shard, the most is the
+// queue depth. The disk is made slow (every piece completes kPieceLatency after it was submitted,
+// Note [A slow disk]), so the count says how the engine issues its reads, not how fast this
+// machine's disk or an instrumented (ASan) build is.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 #include "tests/engine/trace/trace_json.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"

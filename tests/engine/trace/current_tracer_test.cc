@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aio/aio_handle.h"
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 #include "core/trace.h"
 #include "cpu_adam/cpu_optimizer.h"
 #include "tests/engine/trace/trace_json.h"
@@ -87,7 +87,7 @@ TEST(CurrentTracerTest, AioThreadsRecordOneSpanPerBatchOnTheirTracks) {
   EXPECT_EQ(read, buf->size());
 }
 
-// Note [Reads in flight] (aio/aio_worker.cc): a batch's span says how deep its reads ran. One
+// Note [Reads in flight] (aio/aio_worker_trace.cc): a batch's span says how deep its reads ran. One
 // thread, a queue of 4: a read of 16 pieces holds all four slots (the time-weighted mean lies in
 // (0, 4]); reads waited for one at a time hold one; a write holds none.
 TEST(CurrentTracerTest, AioSpansSayHowManyReadPiecesWereInFlight) {

@@ -15,9 +15,9 @@
 #include <fstream>
 #include <string>
 
-#include "aio/aligned_buffer.h"
-#include "aio/dio_alignment.h"
-#include "aio/io_engine.h"
+#include "aio/direct/aligned_buffer.h"
+#include "aio/direct/dio_alignment.h"
+#include "aio/engine/io_engine.h"
 #include "core/units.h"
 #include "tools/strata/report/cmd_report_checks.h"
 

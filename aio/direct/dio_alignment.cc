@@ -1,6 +1,6 @@
 // Uses the raw statx syscall with the kernel's struct (glibc 2.36's struct statx predates the
 // stx_dio_* fields), so this file includes <linux/stat.h> and not <sys/stat.h>.
-#include "aio/dio_alignment.h"
+#include "aio/direct/dio_alignment.h"
 
 #include <fcntl.h>
 #include <linux/stat.h>

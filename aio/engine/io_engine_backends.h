@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 
 namespace strata::internal {
 

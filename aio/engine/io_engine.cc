@@ -1,9 +1,9 @@
 // Engine registry: names, parsing and the `auto` choice.
-#include "aio/io_engine.h"
+#include "aio/engine/io_engine.h"
 
 #include <atomic>
 
-#include "aio/io_engine_backends.h"
+#include "aio/engine/io_engine_backends.h"
 #include "core/log.h"
 
 namespace strata {

@@ -5,7 +5,7 @@
 #include <ctime>
 #include <vector>
 
-#include "aio/io_engine_backends.h"
+#include "aio/engine/io_engine_backends.h"
 
 namespace strata::internal {
 namespace {

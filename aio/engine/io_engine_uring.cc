@@ -1,5 +1,5 @@
 // io_uring backend (liburing). See io_engine.h for the contract.
-#include "aio/io_engine_backends.h"
+#include "aio/engine/io_engine_backends.h"
 #include "core/log.h"
 
 #include <liburing.h>

@@ -1,4 +1,4 @@
-#include "aio/aligned_buffer.h"
+#include "aio/direct/aligned_buffer.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

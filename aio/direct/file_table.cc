@@ -1,4 +1,4 @@
-#include "aio/file_table.h"
+#include "aio/direct/file_table.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "aio/dio_alignment.h"
+#include "aio/direct/dio_alignment.h"
 #include "core/status.h"
 
 namespace strata {
