@@ -16,7 +16,7 @@
 #include "engine/optim/partial_offload.h"
 #include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
-#include "engine/zero/zero3_shards.h"
+#include "engine/zero/store/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -171,7 +171,7 @@ Status Engine::Place(const EngineInit& init) {
   STRATA_ASSIGN_OR_RETURN(im.comm, device_.CreateStream(StreamOptions{.priority = -(1 << 16)}));
 
   // Full parameters and fp32 gradient slots, one flat device buffer each (stages 0-2; stage 3
-  // gathers parameters and makes gradient slots per module, engine/zero/zero3_hooks.h).
+  // gathers parameters and makes gradient slots per module, engine/zero/hooks/zero3_hooks.h).
   const bool stage3 = z.stage == 3;
   size_t total = 0;
   for (size_t n : numels) {
@@ -263,7 +263,7 @@ Status Engine::Place(const EngineInit& init) {
     im.grad_partition = opt_->grad();  // the optimizer reads device memory directly
     im.param_copy = im.shards_on_host ? im.shards : im.shard_flat;  // never NVMe: refused above
   } else {
-    if (im.grads_to_host) {  // engine/zero/grad_reducer.h: Note [Reducing into host memory]
+    if (im.grads_to_host) {  // engine/zero/grad/grad_reducer.h: Note [Reducing into host memory]
       im.host_grad = im.nvme_opt != nullptr ? im.nvme_opt->grad() : opt_->host_grad();
       im.host_grad_begin = opt_ != nullptr ? opt_->device_numel() : 0;
     } else if (im.grad_partition_dev == nullptr) {

@@ -21,21 +21,22 @@
 //   offload_optimizer.device = cpu: master + moments + fp32 gradient partition in pinned CPU
 //             memory; the partition's gradients go D2H once per step (stage 1; stages 2-3 add
 //             each reduced shard straight into the pinned partition, with no device gradient
-//             partition: engine/zero/grad_reducer.h), CPU Adam updates it, and the compute-dtype
-//             result goes H2D once.
+//             partition: engine/zero/grad/grad_reducer.h), CPU Adam updates it, and the
+//             compute-dtype result goes H2D once.
 //   stage 3   as 2, but between uses only this rank's compute-dtype shard of each parameter
 //             lives (device, or pinned CPU with offload_param.device = cpu); module hooks
-//             (engine/zero/zero3_hooks.h) gather a module's parameters around its forward/backward
-//             and release them after, and its gradient slots exist only until reduced.
+//             (engine/zero/hooks/zero3_hooks.h) gather a module's parameters around its
+//             forward/backward and release them after, and its gradient slots exist only until
+//             reduced.
 //   overlap_comm (stages 2-3): reduce-scatters run on a comm stream, bucketed by
-//             reduce_bucket_size (engine/zero/grad_reducer.h); bitwise the same results.
+//             reduce_bucket_size (engine/zero/grad/grad_reducer.h); bitwise the same results.
 //   offload_optimizer.device = nvme (stages 1-3): master + moments on NVMe per sub-group
 //             (engine/nvme/optimizer_nvme.h), stepped through the pipelined swapper; the fp32
 //             gradient partition in pinned CPU memory, as for cpu.
 //   offload_param.device = nvme (stage 3, with offload_optimizer cpu or nvme): each parameter
-//             shard on NVMe through swap/ParamSwapper (engine/zero/param_store.h), read into pinned
-//             swap buffers when gathered; the updated shards are staged in pinned CPU memory and
-//             written back after the step.
+//             shard on NVMe through swap/ParamSwapper (engine/zero/store/param_store.h), read into
+//             pinned swap buffers when gathered; the updated shards are staged in pinned CPU memory
+//             and written back after the step.
 //
 // The step (DeepSpeed's order): reduce; fp16 overflow check (the step is skipped and the loss
 // scale backs off); global L2 norm of the averaged, unscaled gradients; clip factor as
@@ -106,10 +107,10 @@ struct EngineStats {
   uint64_t device_bytes = 0;
   uint64_t cpu_bytes = 0;
   uint64_t device_peak_bytes = 0;
-  // Stage 3's ParamCoordinator (engine/zero/param_coordinator.h), since Initialize: modules that
-  // found their parameters gathered ahead (or kept) / had to gather them, bytes gathered ahead,
-  // trace invalidations, shard bytes whose NVMe read it started ahead; and the most non-persistent
-  // parameter elements gathered at once.
+  // Stage 3's ParamCoordinator (engine/zero/hooks/param_coordinator.h), since Initialize: modules
+  // that found their parameters gathered ahead (or kept) / had to gather them, bytes gathered
+  // ahead, trace invalidations, shard bytes whose NVMe read it started ahead; and the most
+  // non-persistent parameter elements gathered at once.
   uint64_t prefetch_hits = 0, prefetch_misses = 0, prefetch_bytes = 0, trace_invalidations = 0;
   uint64_t prefetch_read_bytes = 0;
   uint64_t peak_live_param_numel = 0;

@@ -13,9 +13,9 @@
 #include "engine/nvme/optimizer_nvme.h"
 #include "engine/optim/param_copy_target.h"
 #include "engine/overlap/step_overlap.h"
-#include "engine/zero/grad_reducer.h"
-#include "engine/zero/param_store.h"
-#include "engine/zero/zero3_hooks.h"
+#include "engine/zero/grad/grad_reducer.h"
+#include "engine/zero/hooks/zero3_hooks.h"
+#include "engine/zero/store/param_store.h"
 #include "offload/pinned_pool.h"
 
 namespace strata {

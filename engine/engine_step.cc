@@ -7,7 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
-#include "engine/zero/zero3_shards.h"
+#include "engine/zero/store/zero3_shards.h"
 #include "offload/device/kernels.h"
 
 namespace strata {
@@ -255,7 +255,8 @@ Status Engine::ZeroGradients() {
 
 Status Engine::ZeroHostGradients() {
   Impl& im = *impl_;
-  // Note [Copy first] (engine/zero/grad_reducer.cc): the next backward overwrites the host part.
+  // Note [Copy first] (engine/zero/grad/grad_reducer.cc): the next backward overwrites the host
+  // part.
   const bool stale = im.host_grad_copy_first && im.reducer != nullptr;
   if (im.nvme_opt != nullptr) {
     im.nvme_opt->ZeroGrad(!stale);

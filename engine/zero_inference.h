@@ -1,11 +1,11 @@
 // ZeroInference: DeepSpeed's ZeRO-Inference — a model's weights placed for a forward-only run as
 // zero_optimization.offload_param says, and streamed to the device module by module through
-// stage 3's machinery: the parameter store (engine/zero/param_store.h: one flat device array,
+// stage 3's machinery: the parameter store (engine/zero/store/param_store.h: one flat device array,
 // pinned CPU memory, or NVMe shards read into pinned buffers), the forward-only module hooks
-// (engine/zero/zero3_hooks.h) that gather a module's weights before it runs and release them
-// after, and the coordinator (engine/zero/param_coordinator.h) that records the first forward's
-// module order and from the next forward on starts the NVMe reads and gathers of later layers
-// while earlier ones compute, so the device holds only a few layers at once.
+// (engine/zero/hooks/zero3_hooks.h) that gather a module's weights before it runs and release them
+// after, and the coordinator (engine/zero/hooks/param_coordinator.h) that records the first
+// forward's module order and from the next forward on starts the NVMe reads and gathers of later
+// layers while earlier ones compute, so the device holds only a few layers at once.
 //
 // No optimizer state, no gradients: only the compute-dtype weights (bf16/fp16 when the config
 // enables them, else fp32), at world 1. Small parameters (numel <=
@@ -26,8 +26,8 @@
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
-#include "engine/zero/param_store.h"
-#include "engine/zero/zero3_hooks.h"
+#include "engine/zero/hooks/zero3_hooks.h"
+#include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
 #include "offload/device/device.h"
 

@@ -300,7 +300,7 @@ Result<json> RunSize(const SizeOptions& o) {
   j["device_memory_bytes"] = device_bytes;
   // Allocation attempts the overlapped engine's device refused (each followed by a retry: the
   // gather pool's free buffers given back, the frees in flight waited for; Note [Room behind the
-  // frees in flight] in engine/zero/pending_frees.cc). A run whose last retry found no block
+  // frees in flight] in engine/zero/hooks/pending_frees.cc). A run whose last retry found no block
   // failed before here.
   j["device_allocations_refused"] = run_o->device().MemoryStats().oom_count;
   j["state_bytes"] = ModelAndOptimizerBytes(o.model, DType::kFloat32);

@@ -286,7 +286,7 @@ Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
 // over memory and a read of the zeros; instead the buffer remembers the part not yet written
 // (Buffer::fresh: elements [0, fresh), the backward fills from the top down), an add into it
 // copies (0 + x is x for every x but -0.0, which becomes +0.0: the host partition's first write,
-// Note [Copy first] in engine/zero/grad_reducer.cc, copies too, so the two placements keep the
+// Note [Copy first] in engine/zero/grad/grad_reducer.cc, copies too, so the two placements keep the
 // same bits), and whatever reads the whole buffer (its write, a read, the norm) zeroes what is
 // still fresh first (Materialize). bench/scale 1b: the backward's adds (4.4 GB of fp32 a step)
 // were bound by the zeroing and the extra read.

@@ -9,7 +9,8 @@
 // checksummed per block like every swap file (swap/swap_space.h). All chunks are reserved at
 // Create, so a full disk fails there.
 //
-// It is the gradient reducer's host target (engine/zero/grad_target.h): BeginPass, Add, EndPass.
+// It is the gradient reducer's host target (engine/zero/grad/grad_target.h): BeginPass, Add,
+// EndPass.
 //
 // Accumulation (Note [Read-add-write] in grad_region.cc). Reduced gradients arrive as Add(flat,
 // src, n) (+=, fp32, element by element in arrival order: the same bits as the host partition's
@@ -45,7 +46,7 @@
 
 #include "aio/aio_handle.h"
 #include "core/status.h"
-#include "engine/zero/grad_target.h"
+#include "engine/zero/grad/grad_target.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"

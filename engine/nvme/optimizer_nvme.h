@@ -147,7 +147,7 @@ class NvmeOptimizerState {
   double GradSquaredNorm(size_t begin, size_t end) const;
   bool GradHasNonFinite(size_t begin, size_t end) const;
   // Forgets the chunk sums; with `memory`, grad()[0, numel) = 0 (else the gradient reducer
-  // overwrites it: Note [Copy first] in engine/zero/grad_reducer.cc).
+  // overwrites it: Note [Copy first] in engine/zero/grad/grad_reducer.cc).
   void ZeroGrad(bool memory = true) const;
   // The overlapped step's worker, once the gradients of [begin, end) are final for the step:
   // sums the norm's chunks (Note [Squared-norm order]) that lie inside the range, so the step

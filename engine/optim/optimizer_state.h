@@ -115,7 +115,7 @@ class OptimizerState {
   // True if any grad()[begin, end) is Inf or NaN.
   bool GradHasNonFinite(size_t begin, size_t end) const;
   // grad()[0, numel) = 0; without `host_parts` only the device part (the gradient reducer
-  // overwrites host_grad(): Note [Copy first] in engine/zero/grad_reducer.cc).
+  // overwrites host_grad(): Note [Copy first] in engine/zero/grad/grad_reducer.cc).
   void ZeroGrad(bool host_parts = true) const;
   // With device kernels the three calls above can fail (a device error): they then return NaN /
   // true / nothing, and the error is kept here and returned by the next StepSubGroup, Read and

@@ -26,7 +26,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "engine/base/partition.h"
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_store.h"
 #include "offload/device/stream.h"
 #include "offload/pinned_pool.h"
 

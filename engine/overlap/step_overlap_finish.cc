@@ -11,7 +11,7 @@
 
 #include "engine/base/trace.h"
 #include "engine/overlap/step_overlap.h"
-#include "engine/zero/zero3_shards.h"
+#include "engine/zero/store/zero3_shards.h"
 
 namespace strata {
 namespace {

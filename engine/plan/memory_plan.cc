@@ -13,7 +13,7 @@
 #include "engine/nvme/swap_chunks.h"
 #include "engine/optim/partial_offload.h"
 #include "engine/plan/pageable_plan.h"
-#include "engine/zero/grad_reducer.h"
+#include "engine/zero/grad/grad_reducer.h"
 
 namespace strata {
 
@@ -248,8 +248,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
                  z.offload_param.pin_memory);
         break;
       case OffloadDevice::kNvme: {
-        // engine/zero/param_store_nvme.cc: ParamSwapper keeps shards in CPU memory while their
-        // running total stays within max_in_cpu; the others get one 4 KiB-aligned swap extent
+        // engine/zero/store/param_store_nvme.cc: ParamSwapper keeps shards in CPU memory while
+        // their running total stays within max_in_cpu; the others get one 4 KiB-aligned swap extent
         // each.
         const uint64_t max_in_cpu =
             static_cast<uint64_t>(std::max<int64_t>(z.offload_param.max_in_cpu, 0));
@@ -301,8 +301,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
   // fp32 master + moments + gradient partition, and where updated parameters are staged.
   const uint64_t cpu_part = part - split;
   // Stages 2-3 with the optimizer offloaded reduce the CPU part's gradients straight into the
-  // pinned host array through staging buffers (engine/zero/grad_reducer.h): the device gradient
-  // partition keeps only the device sub-groups' [0, split).
+  // pinned host array through staging buffers (engine/zero/grad/grad_reducer.h): the device
+  // gradient partition keeps only the device sub-groups' [0, split).
   const bool grads_to_host = z.stage >= 2 && od != OffloadDevice::kNone;
   if (grads_to_host) {
     const uint64_t staging = GradStagingNumel(

@@ -1,6 +1,6 @@
-// ParamCoordinator (engine/zero/param_coordinator.h) on one rank: prefetching changes no bits,
-// keeps the gathered parameters within stage3_max_live_parameters + one module, and a module order
-// that departs from the trace is reported once, re-recorded and still trains the same.
+// ParamCoordinator (engine/zero/hooks/param_coordinator.h) on one rank: prefetching changes no
+// bits, keeps the gathered parameters within stage3_max_live_parameters + one module, and a module
+// order that departs from the trace is reported once, re-recorded and still trains the same.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,11 +135,11 @@ TEST(ParamCoordinatorTest, ZeroBucketRecordsButNeverPrefetches) {
   EXPECT_LE(got.stats.peak_live_param_numel, got.largest_module_numel);
 }
 
-// Note [Room for the bucket] (engine/zero/param_coordinator.cc): with a reuse distance that covers
-// the whole model, the parameters released in the forward (next used far away, in the backward) are
-// kept only while the prefetch bucket still fits within max_live, so in replay every module
-// but the pass's first (nothing is gathered ahead of it) finds its parameters gathered ahead,
-// where keeping up to max_live left the prefetch no room (45 misses a step here).
+// Note [Room for the bucket] (engine/zero/hooks/param_coordinator.cc): with a reuse distance that
+// covers the whole model, the parameters released in the forward (next used far away, in the
+// backward) are kept only while the prefetch bucket still fits within max_live, so in replay every
+// module but the pass's first (nothing is gathered ahead of it) finds its parameters gathered
+// ahead, where keeping up to max_live left the prefetch no room (45 misses a step here).
 TEST(ParamCoordinatorTest, KeptParametersLeaveRoomForTheBucket) {
   auto comm = testing::MakeLocalComm();
   const testing::TokenData data = testing::RandomTokens(17, 4, 2, 16, 256);

@@ -62,7 +62,7 @@ struct PrefetchOutcome {
   std::vector<bool> persistent;           // per parameter: numel <= the persistence threshold
   // The embedding's index, the bytes of one of its rows, and per step the rows its forwards
   // touched (summed over the micro-batches): at one rank an untied embedding is gathered as those
-  // rows only, once, for its forward (Note [Rows only] in engine/zero/zero3_hooks.cc).
+  // rows only, once, for its forward (Note [Rows only] in engine/zero/hooks/zero3_hooks.cc).
   size_t embedding = SIZE_MAX;  // SIZE_MAX: none
   uint64_t embedding_row_bytes = 0;
   std::vector<uint64_t> embedding_rows;

@@ -1,8 +1,8 @@
-// GatherPool (engine/zero/gather_pool.h): stage 3's gathered-parameter buffers are reused across
-// gathers, the stream that takes a buffer waits for its last use (or takes a new one while the
-// limit has room), and the pool keeps within its limit (passing it only when every byte is held)
-// and gives way when the device is full.
-#include "engine/zero/gather_pool.h"
+// GatherPool (engine/zero/hooks/gather_pool.h): stage 3's gathered-parameter buffers are reused
+// across gathers, the stream that takes a buffer waits for its last use (or takes a new one while
+// the limit has room), and the pool keeps within its limit (passing it only when every byte is
+// held) and gives way when the device is full.
+#include "engine/zero/hooks/gather_pool.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

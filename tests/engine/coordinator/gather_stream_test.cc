@@ -107,11 +107,11 @@ TEST(ParamCoordinatorTrafficTest, H2dBytesAreShardBytesTimesFetches) {
   }
 }
 
-// Note [Next fresh gather] in engine/zero/param_coordinator.cc: with settings like bench/overlap's
-// (a bucket of about the largest module, max_live two buckets) the room rule alone released the
-// last layer's parameters after their forward and gathered them again for the backward right after;
-// now the parameters whose next use comes before any fresh gather stay, so a replayed step moves
-// fewer bytes than one fetch per forward and per backward use.
+// Note [Next fresh gather] in engine/zero/hooks/param_coordinator.cc: with settings like
+// bench/overlap's (a bucket of about the largest module, max_live two buckets) the room rule alone
+// released the last layer's parameters after their forward and gathered them again for the backward
+// right after; now the parameters whose next use comes before any fresh gather stay, so a replayed
+// step moves fewer bytes than one fetch per forward and per backward use.
 TEST(ParamCoordinatorTrafficTest, TheLastLayerIsKeptAcrossTheTurnToBackward) {
   auto comm = testing::MakeLocalComm();
   const testing::TokenData data = testing::RandomTokens(29, 4, 2, 16, 256);

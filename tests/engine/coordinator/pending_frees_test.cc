@@ -1,9 +1,9 @@
-// PendingFrees (engine/zero/pending_frees.h): stage 3's hooks stay within their memory limits by
-// waiting, when a limit would be passed, until the frees they counted are done - and not for the
+// PendingFrees (engine/zero/hooks/pending_frees.h): stage 3's hooks stay within their memory limits
+// by waiting, when a limit would be passed, until the frees they counted are done - and not for the
 // work their streams were given after those frees (Note [Frees done already]). Whether a free is
 // done is read from the device's own memory accounting; each stream is held by a host function
 // that spins until the test lets it go, so "not waited for" is an order, not a time.
-#include "engine/zero/pending_frees.h"
+#include "engine/zero/hooks/pending_frees.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

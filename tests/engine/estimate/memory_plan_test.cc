@@ -135,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"cpu\"}",
              "bf16"},
-        // Parameter shards on NVMe (engine/zero/param_store_nvme.cc), cycled through two buffers.
+        // Parameter shards on NVMe (engine/zero/store/param_store_nvme.cc), cycled through two
+        // buffers.
         Case{"tiny",
              "\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": "
              "{\"device\": \"nvme\", \"nvme_path\": \"memory-plan-param-nvme\", "

@@ -1,5 +1,5 @@
 // Stages 2-3 with the optimizer offloaded (cpu / nvme) reduce each parameter's shard straight into
-// the pinned host gradient partition (engine/zero/grad_reducer.h: Note [Reducing into host
+// the pinned host gradient partition (engine/zero/grad/grad_reducer.h: Note [Reducing into host
 // memory]), with no device fp32 gradient partition for the host part. A tiny Llama trained 3 steps
 // at stage 2/3 x cpu/nvme x fp32/bf16 x gradient_accumulation 1/2 x ratio 1/0.5 (cpu) ends with the
 // bits of the optimizer on the device (stage 0 and stage 2/3 with offload none), through the
@@ -18,7 +18,7 @@
 
 #include "engine/optim/partial_offload.h"
 #include "engine/plan/memory_plan.h"
-#include "engine/zero/grad_reducer.h"
+#include "engine/zero/grad/grad_reducer.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

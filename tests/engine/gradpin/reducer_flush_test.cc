@@ -1,9 +1,9 @@
-// GradReducer (engine/zero/grad_reducer.h) into a host partition. The flush hint: a parameter the
-// hint names reduces the queued bucket at once, the others wait for the bucket to fill; the host
-// partition gets the same sums either way (a plain float reference: one += per parameter). On one
-// rank (nothing to communicate) every slot is reduced as soon as it is ready, whatever the bucket
-// size, unless the options ask for buckets there too (the hint test does). A stale
-// host partition (Note [Copy first]): the pass after MarkHostStale copies, zeroes what it did not
+// GradReducer (engine/zero/grad/grad_reducer.h) into a host partition. The flush hint: a parameter
+// the hint names reduces the queued bucket at once, the others wait for the bucket to fill; the
+// host partition gets the same sums either way (a plain float reference: one += per parameter). On
+// one rank (nothing to communicate) every slot is reduced as soon as it is ready, whatever the
+// bucket size, unless the options ask for buckets there too (the hint test does). A stale host
+// partition (Note [Copy first]): the pass after MarkHostStale copies, zeroes what it did not
 // reduce, adds a second contribution of the same parameter, and the next pass adds.
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 
 #include "engine/base/partition.h"
 #include "engine/comm/local_communicator.h"
-#include "engine/zero/grad_reducer.h"
+#include "engine/zero/grad/grad_reducer.h"
 #include "offload/device/host/host_device.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -1,6 +1,6 @@
-// GradReducer (engine/zero/grad_reducer.h) into a GradTarget (engine/zero/grad_target.h): the NVMe
-// gradient region as the reducer's host target gets, over two accumulated backward passes, the
-// same bits a host partition gets from the same reductions (a plain float reference checks the
+// GradReducer (engine/zero/grad/grad_reducer.h) into a GradTarget (engine/zero/grad/grad_target.h):
+// the NVMe gradient region as the reducer's host target gets, over two accumulated backward passes,
+// the same bits a host partition gets from the same reductions (a plain float reference checks the
 // partition), with its norm taken as the gradients arrived.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "engine/base/partition.h"
 #include "engine/comm/local_communicator.h"
 #include "engine/nvme/grad_region.h"
-#include "engine/zero/grad_reducer.h"
+#include "engine/zero/grad/grad_reducer.h"
 #include "offload/device/host/host_device.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/zero/param_fence.h"
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_fence.h"
+#include "engine/zero/store/param_store.h"
 #include "offload/device/registry.h"
 #include "tests/engine/overlap/overlap_cases.h"
 #include "tests/support/status_matchers.h"
@@ -231,8 +231,8 @@ class GatherCounter final : public CommunicatorWrapper {
   int64_t gathers = 0;
 };
 
-// Note [Persistent re-gathers in the same order on every rank] (engine/zero/zero3_hooks.cc): a
-// step whose updates are deferred issues no all_gather (each persistent parameter is re-gathered
+// Note [Persistent re-gathers in the same order on every rank] (engine/zero/hooks/zero3_hooks.cc):
+// a step whose updates are deferred issues no all_gather (each persistent parameter is re-gathered
 // at its next use, in the forward's order), whichever updates have finished by then: which have
 // is this rank's timing, and a collective issued by it would go in a different order on each
 // rank. Without deferral the step re-gathers the persistent parameters itself (the count is

@@ -176,8 +176,8 @@ TEST(ParamNvmeReadsTest, ForwardKeepsTheReadQueueFull) {
   EXPECT_EQ(max_reads, kQueueDepth) << "the forward's parameter reads never filled the queue";
   // The first gather (the embedding) reads alone: nothing is ahead of the pass's first module.
   // The first prefetch bucket follows, layer 0's seven shards (768 KiB, 12 pieces), read
-  // together (Note [A bucket's reads together] in engine/zero/param_coordinator.cc): the queue
-  // fills before all of them have been read. (Read one gather after another, they ran one to
+  // together (Note [A bucket's reads together] in engine/zero/hooks/param_coordinator.cc): the
+  // queue fills before all of them have been read. (Read one gather after another, they ran one to
   // three pieces at a time and the queue first filled after the whole bucket.) A batch may split
   // where the engine's thread was slower than the disk, so only the bytes before the queue first
   // filled are bounded.

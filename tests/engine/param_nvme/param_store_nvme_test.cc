@@ -1,8 +1,9 @@
-// ParamStore on NVMe (engine/zero/param_store_nvme.cc) on its own: random bytes written through
-// Write come back through Acquire while the shards cycle through buffers that hold two at a time; a
-// partial-range Write keeps the neighbours; Prefetch beyond the buffers' capacity does not fail;
-// unwritten shards read as zeros; a flipped byte on disk is DataLoss naming the swap file; the
-// CPU-kept shards (max_in_cpu) never touch NVMe and can move into the caller's flat array.
+// ParamStore on NVMe (engine/zero/store/param_store_nvme.cc, param_store_nvme_write.cc) on its own:
+// random bytes written through Write come back through Acquire while the shards cycle through
+// buffers that hold two at a time; a partial-range Write keeps the neighbours; Prefetch beyond the
+// buffers' capacity does not fail; unwritten shards read as zeros; a flipped byte on disk is
+// DataLoss naming the swap file; the CPU-kept shards (max_in_cpu) never touch NVMe and can move
+// into the caller's flat array.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_store.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"

@@ -162,7 +162,7 @@ TEST_P(PartialOffloadTest, MovesTheStateBytesByTheSplit) {
   // it is 4 B more); master + moments + gradient of the rest pinned.
   const EngineStats& p = part->engine->stats();
   const EngineStats& f = full->engine->stats();
-  const size_t grad_dev = stage >= 2 ? 4 * split : 0;  // engine/zero/grad_reducer.h
+  const size_t grad_dev = stage >= 2 ? 4 * split : 0;  // engine/zero/grad/grad_reducer.h
   EXPECT_EQ(p.device_bytes - f.device_bytes, 12 * split + grad_dev);
   EXPECT_EQ(f.cpu_bytes - p.cpu_bytes, 16 * split);
 

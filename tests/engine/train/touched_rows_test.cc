@@ -1,8 +1,8 @@
 // Stage 3 at one rank moves only the embedding rows a batch touches (Note [Rows only] in
-// engine/zero/zero3_hooks.cc, Note [Rows to host] in engine/zero/grad_reducer.cc): the forward
-// gathers those rows, the backward gathers nothing for the embedding, and its gradient leaves the
-// device as those rows. Counted exactly here from the step breakdown's bytes; that the values stay
-// bitwise those of stage 0 is the same-math matrix's (same_math_test.cc).
+// engine/zero/hooks/zero3_hooks.cc, Note [Rows to host] in engine/zero/grad/grad_reducer.cc): the
+// forward gathers those rows, the backward gathers nothing for the embedding, and its gradient
+// leaves the device as those rows. Counted exactly here from the step breakdown's bytes; that the
+// values stay bitwise those of stage 0 is the same-math matrix's (same_math_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

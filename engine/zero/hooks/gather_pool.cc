@@ -1,4 +1,4 @@
-#include "engine/zero/gather_pool.h"
+#include "engine/zero/hooks/gather_pool.h"
 
 #include <iterator>
 #include <utility>

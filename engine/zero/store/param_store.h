@@ -40,7 +40,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
-#include "engine/zero/param_fence.h"
+#include "engine/zero/store/param_fence.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier.h"
@@ -140,7 +140,7 @@ class ParamStore {
 // cannot work (nvme without nvme_path, a path that cannot be made, buffer_count < 1).
 Result<ParamStoreOptions> ParamStoreOptionsFromConfig(const Config& config, int rank);
 
-// The kNvme implementation (param_store_nvme.cc).
+// The kNvme implementation (param_store_nvme.cc; its write path in param_store_nvme_write.cc).
 Result<std::unique_ptr<ParamStore>> CreateNvmeParamStore(const ParamStoreOptions& options);
 
 }  // namespace strata

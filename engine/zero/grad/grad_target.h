@@ -1,4 +1,4 @@
-// GradTarget: where the gradient reducer (engine/zero/grad_reducer.h) adds the reduced fp32
+// GradTarget: where the gradient reducer (engine/zero/grad/grad_reducer.h) adds the reduced fp32
 // gradients that leave the device — so the engine stays placement-agnostic: a flat host array
 // (HostArrayGradTarget: the pinned partition of offload_optimizer cpu, or nvme without a region)
 // or the NVMe gradient region (engine/nvme/grad_region.h, through GradRegionTarget).

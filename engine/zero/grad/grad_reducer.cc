@@ -1,4 +1,4 @@
-#include "engine/zero/grad_reducer.h"
+#include "engine/zero/grad/grad_reducer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -231,9 +231,9 @@ Status GradReducer::CopyToHost(const Stream& s, const float* shard, const ShardS
 // Note [Rows to host]
 // An embedding's gradient is nonzero only in the rows of the batch's tokens (Note [Touched rows]
 // in nn/tensor/parameter.h); at one rank, in the copy-first pass, the slot's other rows are not
-// even zeroed (Note [Rows only] in engine/zero/zero3_hooks.cc). So only the touched rows cross the
-// link, straight into host_partition (one D2H per run of consecutive rows); before them, a host
-// function on the same stream zeroes the rows that may be nonzero there: those the last
+// even zeroed (Note [Rows only] in engine/zero/hooks/zero3_hooks.cc). So only the touched rows
+// cross the link, straight into host_partition (one D2H per run of consecutive rows); before them,
+// a host function on the same stream zeroes the rows that may be nonzero there: those the last
 // rows-only copy wrote (host_rows_), or the whole range the first time or after a whole write.
 // Each host element then holds what a copy of the whole slot would have put there, bit for bit
 // (the slot's untouched rows would be +0.0, as the zeroed ones are). Nothing else makes a row

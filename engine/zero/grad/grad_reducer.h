@@ -32,7 +32,7 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/comm/communicator.h"
-#include "engine/zero/grad_target.h"
+#include "engine/zero/grad/grad_target.h"
 #include "offload/device/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
@@ -73,8 +73,9 @@ struct GradReducerOptions {
   // host_begin] (+= target). Null: everything goes to `partition` (host_begin is ignored).
   float* host_partition = nullptr;
   size_t host_begin = 0;
-  // Instead of host_partition: the host part goes through this target (engine/zero/grad_target.h:
-  // the NVMe gradient region), always staged and added (no copy-first, no rows). Not owned.
+  // Instead of host_partition: the host part goes through this target
+  // (engine/zero/grad/grad_target.h: the NVMe gradient region), always staged and added (no
+  // copy-first, no rows). Not owned.
   GradTarget* host_target = nullptr;
   // The host target's staging buffers: page-locked if pin_memory, charged to `budget` if set.
   bool pin_memory = true;

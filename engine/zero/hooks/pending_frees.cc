@@ -1,4 +1,4 @@
-#include "engine/zero/pending_frees.h"
+#include "engine/zero/hooks/pending_frees.h"
 
 #include <algorithm>
 #include <iterator>

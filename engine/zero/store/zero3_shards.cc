@@ -1,4 +1,4 @@
-#include "engine/zero/zero3_shards.h"
+#include "engine/zero/store/zero3_shards.h"
 
 #include <cstdint>
 #include <cstring>

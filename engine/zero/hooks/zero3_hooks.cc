@@ -1,4 +1,4 @@
-#include "engine/zero/zero3_hooks.h"
+#include "engine/zero/hooks/zero3_hooks.h"
 
 #include <algorithm>
 #include <string>

@@ -36,7 +36,7 @@
 
 #include "core/status.h"
 #include "engine/comm/communicator.h"
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
 #include "offload/device/device.h"
 

@@ -1,5 +1,5 @@
-// GatherPool: the device buffers stage 3 gathers parameters into (engine/zero/zero3_hooks.h), kept
-// and reused across gathers instead of allocated and freed at each one.
+// GatherPool: the device buffers stage 3 gathers parameters into (engine/zero/hooks/zero3_hooks.h),
+// kept and reused across gathers instead of allocated and freed at each one.
 //
 // A released buffer goes back to the pool with an event recorded on the stream of its last use
 // (the compute stream); the next gather of the same byte size takes it and makes its own stream

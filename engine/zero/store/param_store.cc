@@ -1,5 +1,5 @@
 // ParamStore's in-memory tiers (device memory, pinned CPU memory) and the factory.
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_store.h"
 
 #include <algorithm>
 #include <cstring>

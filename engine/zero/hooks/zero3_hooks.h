@@ -13,8 +13,8 @@
 // re-runs forward hooks inside backward: they gather and release as in forward.
 // With offload_param cpu the shard is copied H2D straight into its place in the gathered buffer
 // and all-gathered in place (no staging buffer; at world 1 no device copy at all). Stage 3's
-// ParamCoordinator (engine/zero/param_coordinator.h) records the hook order of the first pass and
-// then gathers ahead and keeps parameters reused soon, through the same nested gather/release.
+// ParamCoordinator (engine/zero/hooks/param_coordinator.h) records the hook order of the first pass
+// and then gathers ahead and keeps parameters reused soon, through the same nested gather/release.
 //
 // Gradients (stages 2 and 3): a parameter's gradient is complete when the last module that uses
 // it has finished its backward (PostBackward seen as many times as modules use it: twice for a
@@ -29,8 +29,8 @@
 // all-gather — run on the hooks' own gather stream, so gathers taken ahead overlap the model's
 // kernels; each records a per-parameter event there, and the compute stream waits for it only
 // at the pre hook of a module that uses the parameter. A released buffer goes back to a pool
-// (engine/zero/gather_pool.h) with an event of its last use on the compute stream, and the next
-// gather that takes it waits for that event on the gather stream. Persistent parameters are
+// (engine/zero/hooks/gather_pool.h) with an event of its last use on the compute stream, and the
+// next gather that takes it waits for that event on the gather stream. Persistent parameters are
 // gathered on the compute stream (at the step, where nothing is ahead to overlap).
 //
 // Touched rows (Note [Touched rows] in nn/tensor/parameter.h; Note [Rows only] in zero3_hooks.cc):
@@ -54,11 +54,11 @@
 #include "engine/base/partition.h"
 #include "engine/base/step_breakdown.h"
 #include "engine/comm/communicator.h"
-#include "engine/zero/gather_pool.h"
-#include "engine/zero/grad_reducer.h"
-#include "engine/zero/param_coordinator.h"
-#include "engine/zero/param_store.h"
-#include "engine/zero/pending_frees.h"
+#include "engine/zero/grad/grad_reducer.h"
+#include "engine/zero/hooks/gather_pool.h"
+#include "engine/zero/hooks/param_coordinator.h"
+#include "engine/zero/hooks/pending_frees.h"
+#include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
 #include "offload/device/device.h"
 
@@ -72,7 +72,7 @@ struct ZeroHooksOptions {
   const PartitionLayout* layout = nullptr;
   DType dtype = DType::kFloat32;  // compute dtype of parameters and shards
   // Stage 3: parameters partitioned; `store` holds this rank's compute-dtype shards (device,
-  // pinned CPU or NVMe: engine/zero/param_store.h). Not owned.
+  // pinned CPU or NVMe: engine/zero/store/param_store.h). Not owned.
   bool partition_params = false;
   ParamStore* store = nullptr;
   int64_t persistence_threshold = 0;  // stage3_param_persistence_threshold (elements)
@@ -84,15 +84,16 @@ struct ZeroHooksOptions {
   // when its stream reaches the free: without a bound every module's gathered parameters and
   // gradient slots could be outstanding at once. When the bytes held plus those freed but not
   // yet returned would pass these limits, the hooks wait for those frees first (0: no limit;
-  // engine/zero/pending_frees.h).
+  // engine/zero/hooks/pending_frees.h).
   // The engine sets them to what its memory plan counts (engine/plan/memory_plan.h).
   // gathered parameters (stage3_max_live_parameters): also the bound of the pool of gathered
   // buffers, free ones included (0: no pool, a buffer allocated and freed per gather)
   uint64_t param_limit_bytes = 0;
   uint64_t slot_limit_bytes = 0;  // fp32 gradient slots (reduce buckets + one parameter)
   Stream comm_stream;             // where the reducer frees slots with overlap_comm (or invalid)
-  // Stage 3 prefetching (engine/zero/param_coordinator.h), in elements: stage3_prefetch_bucket_size
-  // (0: no prefetch), stage3_max_live_parameters, stage3_max_reuse_distance.
+  // Stage 3 prefetching (engine/zero/hooks/param_coordinator.h), in elements:
+  // stage3_prefetch_bucket_size (0: no prefetch), stage3_max_live_parameters,
+  // stage3_max_reuse_distance.
   int64_t prefetch_bucket_numel = 0;
   int64_t max_live_numel = 0;
   int64_t max_reuse_distance_numel = 0;

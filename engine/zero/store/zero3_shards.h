@@ -8,7 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "engine/zero/param_store.h"
+#include "engine/zero/store/param_store.h"
 #include "offload/device/stream.h"
 
 namespace strata {

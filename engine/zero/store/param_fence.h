@@ -2,11 +2,11 @@
 // updates them was deferred into the next forward (strata.deferred_updates, Note [Deferred
 // updates] in engine/overlap/step_overlap_defer.cc), and how a gather waits for one.
 //
-// The store (engine/zero/param_store.h) asks Pending before it reads a shard: its Prefetch skips
-// a pending shard (the read would fetch the old bytes) and its Acquire refuses one with an
+// The store (engine/zero/store/param_store.h) asks Pending before it reads a shard: its Prefetch
+// skips a pending shard (the read would fetch the old bytes) and its Acquire refuses one with an
 // Internal error, so no gather can read a parameter before its update. The hooks
-// (engine/zero/zero3_hooks.h) call Await before a gather's Acquire, and Poll at every module so
-// updates the worker finished reach the store while the forward runs.
+// (engine/zero/hooks/zero3_hooks.h) call Await before a gather's Acquire, and Poll at every module
+// so updates the worker finished reach the store while the forward runs.
 //
 // Thread safety: every call comes from the engine's thread.
 #pragma once

@@ -1,4 +1,4 @@
-#include "engine/zero/param_coordinator.h"
+#include "engine/zero/hooks/param_coordinator.h"
 
 #include <algorithm>
 #include <chrono>
