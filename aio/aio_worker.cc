@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/units.h"
 
@@ -68,12 +69,6 @@ constexpr int64_t kMinRoomWaitUs = 200;
 constexpr int64_t kMaxRoomWaitUs = 2000;  // a new segment waits at most this for the wait to end
 
 }  // namespace
-
-int64_t AioWorker::NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 AioWorker::AioWorker(int index, std::unique_ptr<IoEngine> engine, AlignedBuffer bounce,
                      const AioOptions& options)
@@ -291,7 +286,7 @@ void AioWorker::IssuePiecesOf(IoOp op) {
           static_cast<uint32_t>(std::min<uint64_t>(options_.block_size, seg.size - seg.issued));
       sl.done = 0;
       sl.io_buf = sl.user_buf;
-      if (options_.record_latency) sl.start_ns = NowNs();
+      if (options_.record_latency) sl.start_ns = SteadyNowNs();
       if (direct && reinterpret_cast<uintptr_t>(sl.user_buf) % seg.file->align.mem_align != 0) {
         // The caller's buffer is not O_DIRECT-aligned: go through this slot's bounce region.
         sl.io_buf = BounceFor(s);
@@ -401,7 +396,7 @@ void AioWorker::Complete(const IoCompletion& c) {
     std::memcpy(sl.user_buf, sl.io_buf, sl.size);
   }
   seg.completed += sl.size;
-  if (options_.record_latency) latencies_ns_.push_back(NowNs() - sl.start_ns);
+  if (options_.record_latency) latencies_ns_.push_back(SteadyNowNs() - sl.start_ns);
   Release(s);
 }
 

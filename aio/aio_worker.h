@@ -63,8 +63,6 @@ class AioWorker {
     bool* done;
   };
 
-  // Steady-clock now, in ns (piece latencies, reads in flight over a traced batch).
-  static int64_t NowNs();
   void Run();
   void RunControls(std::deque<Control>& controls);
   void DoBuffered(Segment& seg);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "aio/aio_worker.h"
+#include "core/clock.h"
 #include "core/trace.h"
 
 namespace strata::internal {
@@ -20,7 +21,7 @@ namespace strata::internal {
 // two integer updates per piece; on it, one clock read more.
 void AioWorker::CountRead(int delta) {
   if (trace_.tracer != nullptr) {  // the integral up to now, at the count before the change
-    const int64_t now = NowNs();
+    const int64_t now = SteadyNowNs();
     trace_.read_area +=
         static_cast<double>(reads_inflight_) * static_cast<double>(now - trace_.changed_ns);
     trace_.changed_ns = now;
@@ -66,7 +67,7 @@ void AioWorker::OpenTraceBatch() {
   trace_ = TraceBatch{};
   trace_.tracer = t;
   trace_.begin_us = t->NowUs();
-  trace_.begin_ns = trace_.changed_ns = NowNs();
+  trace_.begin_ns = trace_.changed_ns = SteadyNowNs();
   trace_.max_reads = reads_inflight_;
 }
 
@@ -86,7 +87,7 @@ void AioWorker::EndTraceBatch() {
   trace_.tracer = nullptr;
   const bool r = trace_.read_bytes != 0, w = trace_.write_bytes != 0;
   const char* name = r && w ? "aio read+write" : w ? "aio write" : "aio read";
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   trace_.read_area +=
       static_cast<double>(reads_inflight_) * static_cast<double>(now - trace_.changed_ns);
   const double span_ns = static_cast<double>(now - trace_.begin_ns);

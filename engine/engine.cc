@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/units.h"
 #include "engine/config/auto_sizes.h"
 #include "engine/engine_impl.h"
@@ -386,18 +387,10 @@ Status Engine::InitializeValues(const EngineInit& ei) {
   return Status::Ok();
 }
 
-namespace {
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 Status Engine::Forward(const nn::TokenBatch& micro_batch) {
   Impl& im = *impl_;
   nn::RunContext ctx{&device_, im.compute, true};
-  const double t0 = NowMs();
+  const double t0 = SteadyNowMs();
   if (im.step_begin_ms < 0) {
     im.step_begin_ms = t0;
     im.breakdown = StepBreakdown{};

@@ -1,10 +1,10 @@
 // The engine's gradient reduction and the optimizer step at the accumulation boundary.
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 #include "engine/zero/store/zero3_shards.h"
@@ -37,15 +37,9 @@ Status Engine::ReduceBoundaryGradients() {
 
 namespace {
 
-double StepNowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Adds the milliseconds since `t0` to *ms and returns now.
 double Lap(double t0, double* ms) {
-  const double t = StepNowMs();
+  const double t = SteadyNowMs();
   *ms += t - t0;
   return t;
 }
@@ -70,7 +64,7 @@ Result<float> AllReduceScalar(Communicator& comm, Device& device, const Stream& 
 Status Engine::Step() {
   if (!IsGradientAccumulationBoundary()) return Status::Ok();
   Impl& im = *impl_;
-  const double t0 = StepNowMs();
+  const double t0 = SteadyNowMs();
   Status s;
   {
     TraceSpan span(im.tracer.get(), "step", "engine");
@@ -79,13 +73,13 @@ Status Engine::Step() {
       s = ReduceBoundaryGradients();
       if (s.ok()) s = im.compute.Synchronize();
       if (s.ok() && comm_.world_size() > 1) {
-        im.breakdown.collectives_ms += StepNowMs() - t0;
+        im.breakdown.collectives_ms += SteadyNowMs() - t0;
         im.breakdown.collective_bytes += im.full_numel * sizeof(float);
       }
     }
     if (s.ok()) s = ApplyStep();
   }
-  const double t1 = StepNowMs();
+  const double t1 = SteadyNowMs();
   im.breakdown.step_ms += t1 - t0;
   // The step synchronised the compute stream: every forward/backward event has completed.
   if (im.compute.Synchronize().ok()) {
@@ -120,7 +114,7 @@ Status Engine::ApplyStep() {
     STRATA_RETURN_IF_ERROR(im.AllocDevice(device_, sizeof(float), "step scalars", &im.scalar));
   }
   StepBreakdown& b = im.breakdown;
-  double t = StepNowMs();
+  double t = SteadyNowMs();
   if (im.overlap != nullptr && im.overlap->active()) {
     // strata.overlap_step: the ready sub-groups crossed (and stepped) during backward; waits for
     // them and copies the rest (engine/overlap/step_overlap.h).
@@ -216,7 +210,7 @@ Status Engine::ApplyStep() {
   }
   {
     TraceSpan span(im.tracer.get(), "optimizer", "optimizer");
-    t = StepNowMs();
+    t = SteadyNowMs();
     if (nvme != nullptr) {
       if (im.param_target != nullptr) {  // each sub-group's update goes to the store at once
         STRATA_RETURN_IF_ERROR(
@@ -308,7 +302,7 @@ Status Engine::WriteBackParameters(const std::vector<char>& written) {
     }
   } else if (im.host_opt && !im.shards_on_host) {
     TraceSpan span(im.tracer.get(), im.compute_track, "h2d params", "copy");
-    const double t = StepNowMs();
+    const double t = SteadyNowMs();
     // Partial offload: the device sub-groups [0, split) already wrote shard_flat.
     const size_t split = opt_ != nullptr ? opt_->device_numel() : 0;
     const size_t bytes = (layout_.partition_numel() - split) * cbytes;
@@ -326,7 +320,7 @@ Status Engine::WriteBackParameters(const std::vector<char>& written) {
   }
   TraceSpan span(im.tracer.get(), im.compute_track,
                  im.part_world == 1 ? "copy params" : "all-gather params", "comm");
-  const double t = StepNowMs();
+  const double t = SteadyNowMs();
   for (size_t i = 0; i < params_.size(); ++i) {
     const ShardSlice& s = layout_.slices()[i];
     const uint8_t* shard = static_cast<const uint8_t*>(im.shard_flat) + s.flat_offset * cbytes;

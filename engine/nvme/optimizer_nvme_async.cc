@@ -1,27 +1,15 @@
 // NvmeOptimizerState's asynchronous path (engine/nvme/optimizer_nvme.h): sub-group states read
 // ahead into the swapper's pinned buffers and written back with the writes left in flight.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "core/clock.h"
 #include "engine/base/trace.h"
 #include "engine/nvme/optimizer_nvme.h"
 
 namespace strata {
-namespace {
-
-double AsyncNowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-size_t AsyncNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
-
-}  // namespace
-
 Status NvmeOptimizerState::EnsureSlots() {
   if (!slots_.empty()) return Status::Ok();
   STRATA_RETURN_IF_ERROR(swapper_->PrepareBuffers().WithContext("offload_optimizer nvme"));
@@ -63,9 +51,9 @@ Status NvmeOptimizerState::Settle(size_t k, bool block) {
   Slot& s = slots_[k];
   if (s.state != Slot::State::kReading && s.state != Slot::State::kWriting) return Status::Ok();
   if (!block && !s.io.ready()) return Status::Ok();
-  const double t = AsyncNowMs();
+  const double t = SteadyNowMs();
   Status st = s.io.Wait();  // a read's checksums are verified here
-  if (block) async_stats_.wait_ms += AsyncNowMs() - t;
+  if (block) async_stats_.wait_ms += SteadyNowMs() - t;
   const bool read = s.state == Slot::State::kReading;
   const int i = s.sg;
   if (!st.ok()) {
@@ -155,7 +143,7 @@ void NvmeOptimizerState::StartRead(int i, size_t k) {
   const int idx = swap_index_[static_cast<size_t>(i)];
   if (!written_[static_cast<size_t>(i)]) {  // never on NVMe: zeros (PrepareSubGroupSteps)
     const OptimizerSwapper::StateView v = SlotState(k);
-    const size_t n = AsyncNumel(groups_[static_cast<size_t>(i)]) * sizeof(float);
+    const size_t n = groups_[static_cast<size_t>(i)].numel() * sizeof(float);
     std::memset(v.params, 0, n);
     std::memset(v.exp_avg, 0, n);
     std::memset(v.exp_avg_sq, 0, n);
@@ -399,7 +387,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
       s = v.status();
       break;
     }
-    const double t = AsyncNowMs();
+    const double t = SteadyNowMs();
     const SubGroup& g = groups_[static_cast<size_t>(i)];
     uint8_t* dst = nullptr;
     if (copy != nullptr) {
@@ -413,7 +401,7 @@ Status NvmeOptimizerState::StepAsync(int64_t step, const Hyperparams& hp, float 
     s = UpdateSubGroupInto(i, step, hp, grad_scale, v->params, v->exp_avg, v->exp_avg_sq, dst,
                            copy != nullptr ? copy->dtype() : DType::kBFloat16);
     if (s.ok()) s = WriteBack(i);
-    sg_update_ms_ += AsyncNowMs() - t;
+    sg_update_ms_ += SteadyNowMs() - t;
     if (s.ok() && copy != nullptr) s = copy->Commit(g);
   }
   const AsyncStats st = TakeAsyncStats();

@@ -17,12 +17,6 @@
 #include "offload/device/optimizer_kernel_args.h"
 
 namespace strata {
-namespace {
-
-size_t FusedNumel(const SubGroup& g) { return g.flat_end - g.flat_begin; }
-
-}  // namespace
-
 // Note [Fused checksums]
 // A sub-group's state in a slot is [params | exp_avg | exp_avg_sq], each part part_bytes apart
 // (OptimizerSwapper::PartBytes: 4 KiB aligned, not block aligned), hashed per checksum block
@@ -65,7 +59,7 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
                                        bool grad_checks) {
   Slot& slot = slots_[k];
   const SubGroup& g = groups_[static_cast<size_t>(i)];
-  const size_t n = FusedNumel(g);
+  const size_t n = g.numel();
   const int idx = swap_index_[static_cast<size_t>(i)];
   const size_t at = slot.offset;
   const size_t blk = swapper_->checksum_block_bytes();

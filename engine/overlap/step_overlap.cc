@@ -3,19 +3,12 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <utility>
 
 #include "engine/base/trace.h"
 
 namespace strata {
-
-double StepOverlap::NowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 Result<std::unique_ptr<StepOverlap>> StepOverlap::Create(StepOverlapOptions options) {
   // No host array at all when the reducer adds into the NVMe optimizer's gradient region.

@@ -138,7 +138,6 @@ class StepOverlap final : public ParamFence {
   static constexpr int kRetryAfter = 8;
   // How often the worker, waiting for I/O with nothing ready, looks at the ready queue again.
   static constexpr std::chrono::microseconds kIoPoll{1000};
-  static double NowMs();  // steady clock, for the step's accounting
 
   // Creates the copy stream, its event and the worker thread. InvalidArgument when the options
   // are incomplete.
@@ -228,7 +227,7 @@ class StepOverlap final : public ParamFence {
     std::vector<uint8_t> copy;  // param_copy range
   };
   explicit StepOverlap(StepOverlapOptions o) : o_(std::move(o)) {}
-  size_t Numel(size_t g) const { return o_.sub_groups[g].flat_end - o_.sub_groups[g].flat_begin; }
+  size_t Numel(size_t g) const { return o_.sub_groups[g].numel(); }
   uint64_t KeptBytes(size_t g) const;
   void WorkerLoop();
   void Push(size_t g);  // the copy stream's host function: g's gradients are on the host

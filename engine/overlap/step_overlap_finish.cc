@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "engine/base/trace.h"
 #include "engine/overlap/step_overlap.h"
 #include "engine/zero/store/zero3_shards.h"
@@ -133,7 +134,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
   // The rest of the host part crosses now, as the serial step copies it (unless the reducer
   // reduced into host_grad itself: then it is there once the reduce streams are synchronized).
   if (o_.device_grad == nullptr) return Status::Ok();
-  const double t = NowMs();
+  const double t = SteadyNowMs();
   for (size_t g = 0; g < o_.sub_groups.size(); ++g) {
     const SubGroup& sg = o_.sub_groups[g];
     if (sg.flat_begin < o_.host_begin || copied_[g]) continue;
@@ -142,7 +143,7 @@ Status StepOverlap::Finish(const Stream& stream, StepBreakdown* b) {
                                             Numel(g) * sizeof(float), CopyKind::kDeviceToHost));
   }
   STRATA_RETURN_IF_ERROR(stream.Synchronize());
-  b->d2h_ms += NowMs() - t;
+  b->d2h_ms += SteadyNowMs() - t;
   b->d2h_bytes += (o_.layout->partition_numel() - o_.host_begin) * sizeof(float);
   return Status::Ok();
 }

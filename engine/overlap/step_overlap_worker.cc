@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "engine/base/trace.h"
 #include "engine/overlap/step_overlap.h"
 
@@ -176,7 +177,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     }
   } guard{this, slot, &slot_taken};
   uint8_t* dst = slot >= 0 ? ring_[static_cast<size_t>(slot)].bytes() : copy;
-  double t0 = NowMs();
+  double t0 = SteadyNowMs();
   if (o_.cpu_opt != nullptr) {
     if (kept != nullptr && copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
     if (kept != nullptr) {
@@ -217,7 +218,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     if (!v.ok()) return v.status().WithContext("overlapped step");
     // The reads the room now allows go out before Adam runs (Note [Reads while waiting]).
     STRATA_RETURN_IF_ERROR(nvme->ReadAhead(wanted, &helps));
-    t0 = NowMs();  // the Adam time, without the wait for the read
+    t0 = SteadyNowMs();  // the Adam time, without the wait for the read
     if (kept != nullptr) {
       if (copy != nullptr) kept->copy.assign(copy, copy + n * cbytes);
       kept->state.resize(3 * n);
@@ -234,7 +235,7 @@ Status StepOverlap::UpdateOne(size_t g, const std::vector<int>& wanted) {
     if (!args_.speculative)
       STRATA_RETURN_IF_ERROR(nvme->ConsumeGrads(i).WithContext("overlapped step"));
   }
-  const double ms = NowMs() - t0;
+  const double ms = SteadyNowMs() - t0;
   if (o_.tracer != nullptr && o_.tracer->enabled()) {
     const TraceArg args[] = {{"sub_group", static_cast<double>(g)}};
     o_.tracer->Complete("overlapped sub-group", "optimizer", trace_begin, o_.tracer->NowUs(), args);

@@ -1,18 +1,12 @@
 #include "engine/zero/hooks/param_coordinator.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace strata {
 namespace {
-
-double CoordinatorNowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // FNV-1a, 64 bits.
 struct Fnv {
@@ -39,7 +33,7 @@ std::string ParamCoordinator::Describe(const nn::Module* m, nn::HookPoint p) {
 
 Status ParamCoordinator::Step(nn::HookPoint point, const nn::Module& module,
                               std::span<const size_t> params) {
-  const double now = CoordinatorNowMs();
+  const double now = SteadyNowMs();
   if (!in_pass_) {
     in_pass_ = true;
     pos_ = next_prefetch_ = next_read_ = 0;
@@ -387,7 +381,7 @@ Status ParamCoordinator::EndPass() {
   STRATA_RETURN_IF_ERROR(ReleaseAll());
   in_pass_ = false;
   if (o_.store != nullptr && o_.store->tier() == Tier::kNvme) {
-    const double ms = std::max(CoordinatorNowMs() - pass_begin_ms_, 1e-3);
+    const double ms = std::max(SteadyNowMs() - pass_begin_ms_, 1e-3);
     const uint64_t bytes = o_.store->nvme_read_bytes() - last_read_bytes_;
     if (bytes > 0) {
       read_bytes_per_ms_ = 0.5 * read_bytes_per_ms_ + 0.5 * static_cast<double>(bytes) / ms;
