@@ -10,6 +10,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "engine/nvme/optimizer_nvme.h"
+#include "offload/device/optimizer_kernels.h"
 
 namespace strata {
 
