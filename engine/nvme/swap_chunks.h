@@ -4,7 +4,7 @@
 // element-wise: the same bits whatever the cut) and written as a unit. So the pinned swap buffers
 // are buffer_count x the chunk, whatever sub_group_size is: a sub_group_size of 1e9 (DeepSpeed's
 // default) changes how much the step moves per sub-group, not the pinned memory. The engine, the
-// overlapped step and the memory plan all take the sub-groups from NvmeSwapUnits.
+// overlapped step and the memory plan all take the sub-groups from OptimizerSubGroups.
 #pragma once
 
 #include <algorithm>
@@ -17,10 +17,20 @@
 
 namespace strata {
 
-// Elements of one chunk of `chunk_bytes` (12 B an element), a multiple of 64, at least 64.
+// Elements of one chunk of `chunk_bytes` (12 B an element): the most whose three fp32 parts,
+// each padded to 4 KiB for O_DIRECT (OptimizerSwapper's PartBytes), fit in chunk_bytes, so the
+// pinned swap buffers are buffer_count x chunk_bytes when the chunk is a whole number of the
+// pool's 2 MiB pages (offload/pinned_pool.h), and not a page more: a multiple of 1024 (4 KiB of
+// fp32). Under 12 KiB a chunk holds less than a page a part: a multiple of 64, at least 64 (the
+// parts then pad past chunk_bytes).
+// Before, every chunk was a multiple of 64 only, so the padding of its three parts took it past
+// the chunk and the pool rounded each buffer up a page: 64 MiB (the default) gave 66 MiB buffers,
+// 8 MiB gave 10 MiB (25% past the budget the user set).
 inline size_t SwapChunkNumel(uint64_t chunk_bytes) {
-  constexpr uint64_t kGrain = 64;
-  return static_cast<size_t>(std::max<uint64_t>(chunk_bytes / 12 / kGrain, 1) * kGrain);
+  constexpr uint64_t kPage = 4096 / sizeof(float), kGrain = 64;
+  const uint64_t per_part = chunk_bytes / 12;
+  if (per_part >= kPage) return static_cast<size_t>(per_part / kPage * kPage);
+  return static_cast<size_t>(std::max<uint64_t>(per_part / kGrain, 1) * kGrain);
 }
 
 // The sub-groups the optimizer steps: layout.SubGroups(sub_group_size), cut into swap chunks

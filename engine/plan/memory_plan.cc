@@ -352,10 +352,11 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       } else {
         p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
       }
-      p.Pinned("optimizer swap buffers (buffer_count x largest swap chunk)",
-               static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
-                   SwapExtentBytes(largest_group),
-               opt_pin);
+      // One pool buffer each, rounded as the pool rounds each (offload/pinned_pool.cc).
+      p.Add(opt_pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu,
+            "optimizer swap buffers (buffer_count x largest swap chunk)",
+            static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
+                PinnedAlloc(SwapExtentBytes(largest_group)));
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);

@@ -216,16 +216,17 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
   const MemoryPlan deepspeed = plan(1'000'000'000, "");
   EXPECT_EQ(small.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
   EXPECT_EQ(mid.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
-  // 64 MiB chunks: 5592384 elements (a multiple of 64), three 4 KiB-aligned parts, 4 buffers.
-  const uint64_t part = (uint64_t{5592384} * 4 + 4095) / 4096 * 4096;
+  // 64 MiB chunks: as many elements as three 4 KiB-aligned fp32 parts fit in 64 MiB (5461 pages
+  // a part), so 4 buffers pin 4 x 64 MiB, the chunk the user set.
+  const uint64_t chunk = (uint64_t{64} << 20) / (3 * 4096) * 1024;
   // Pinned allocations past 2 MiB are planned in huge pages.
   auto huge = [](uint64_t b) { return (b + (uint64_t{2} << 20) - 1) / (2 << 20) * (2 << 20); };
-  EXPECT_EQ(item(deepspeed, "optimizer swap buffers"), huge(4 * 3 * part));
-  EXPECT_EQ(item(deepspeed, "optimizer state staging"), huge(12 * uint64_t{5592384}));
+  EXPECT_EQ(item(deepspeed, "optimizer swap buffers"), 4 * (uint64_t{64} << 20));
+  EXPECT_EQ(item(deepspeed, "optimizer state staging"), huge(12 * chunk));
   // The whole 134M-element partition is one sub-group at 1e9: unchunked, 4 x 12 B x 134M.
   EXPECT_LT(item(deepspeed, "optimizer swap buffers"), uint64_t{4} * 12 * (8 << 24) / 16);
   const MemoryPlan halved = plan(1'000'000'000, "\"32M\"");
-  EXPECT_LT(item(halved, "optimizer swap buffers"), item(deepspeed, "optimizer swap buffers"));
+  EXPECT_EQ(item(halved, "optimizer swap buffers"), 4 * (uint64_t{32} << 20));
   EXPECT_LT(halved.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
 }
 

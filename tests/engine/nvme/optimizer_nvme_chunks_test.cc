@@ -33,7 +33,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kSwapFile[] = "strata-optimizer-rank0.swap";
-// 120000 bytes: 9984 elements a chunk (12 B each, a multiple of 64).
+// 120000 bytes: 9216 elements a chunk (12 B each, whole 4 KiB pages of fp32 a part).
 constexpr uint64_t kChunkBytes = 120'000;
 
 PartitionLayout MakeLayout() {
@@ -46,14 +46,29 @@ void Fill(float* out, size_t n, std::mt19937_64& rng, float scale) {
   for (size_t i = 0; i < n; ++i) out[i] = d(rng);
 }
 
-TEST(NvmeChunksTest, ChunkNumelIsTwelveBytesAnElementInMultiplesOf64) {
-  EXPECT_EQ(SwapChunkNumel(kChunkBytes), 9984u);
-  EXPECT_EQ(SwapChunkNumel(uint64_t{64} << 20), (uint64_t{64} << 20) / 12 / 64 * 64);
+// The bytes one chunk of `numel` elements takes on disk and in a buffer: three fp32 parts, each
+// padded to a 4 KiB page for O_DIRECT.
+uint64_t PaddedStateBytes(uint64_t numel) { return 3 * ((numel * 4 + 4095) / 4096 * 4096); }
+
+// A chunk is the most elements whose padded state fits in swap_chunk_bytes (one more would not),
+// a multiple of the kernels' 64-element grain; below three pages (12 KiB) it is one grain's
+// multiple, at least one grain, and may pad past the chunk.
+TEST(NvmeChunksTest, ChunkNumelIsTheMostWhosePaddedStateFitsTheChunk) {
+  for (const uint64_t bytes : {uint64_t{12} << 10, uint64_t{120'000}, uint64_t{1} << 20,
+                               uint64_t{2} << 20, (uint64_t{3} << 20) + 5, uint64_t{8} << 20,
+                               uint64_t{10} << 20, uint64_t{64} << 20, (uint64_t{64} << 20) + 1}) {
+    const uint64_t n = SwapChunkNumel(bytes);
+    EXPECT_EQ(n % 64, 0u) << bytes;
+    EXPECT_LE(PaddedStateBytes(n), bytes) << bytes;
+    EXPECT_GT(PaddedStateBytes(n + 1), bytes) << bytes;
+  }
+  // Under three pages no chunk fits its padding: 1000 elements' worth, in whole grains.
+  EXPECT_EQ(SwapChunkNumel(12'000), 960u);
   EXPECT_EQ(SwapChunkNumel(100), 64u);  // never below one grain
 }
 
 // The CPU tier steps one sub-group of the whole partition (sub_group_size 1e9); the NVMe state
-// steps the same partition in 9984-element chunks (the last one short): the same bits for the
+// steps the same partition in 9216-element chunks (the last one short): the same bits for the
 // master, the moments and the bf16 copy-out, through Step and through the per-chunk slots.
 TEST(NvmeChunksTest, ChunkedStepsEqualTheCpuTierSteppingWholeSubGroupsBitwise) {
   ScratchDir dir;
@@ -183,6 +198,33 @@ long long OffsetAfter(const std::string& message, const std::string& file) {
   const size_t at = message.find(file + " @ ");
   if (at == std::string::npos) return -1;
   return std::strtoll(message.c_str() + at + file.size() + 3, nullptr, 10);
+}
+
+// strata.swap_chunk_bytes bounds what the buffers pin: a 2 MiB chunk gives buffers of at most
+// 2 MiB. (Before, a chunk's padded parts came to 2 MiB + 4 KiB and the pool, allocating in 2 MiB
+// pages past 2 MiB, pinned 4 MiB a buffer.)
+TEST(NvmeChunksTest, PinnedSwapBuffersAreBufferCountTimesTheChunk) {
+  const PartitionLayout layout = MakeLayout();
+  const size_t n = layout.partition_numel();
+  constexpr uint64_t kChunk = uint64_t{2} << 20;
+  constexpr size_t kBuffers = 4;
+  const size_t chunk = SwapChunkNumel(kChunk);
+  ASSERT_LT(chunk, n);  // at least one full chunk
+  ScratchDir dir;
+  const std::vector<SubGroup> chunks =
+      layout.SplitSubGroups(layout.SubGroups(1'000'000'000), chunk);
+  auto s = NvmeOptimizerState::Create(layout, chunks, nvme_test::Options(dir, kBuffers, true),
+                                      nullptr, nullptr);
+  ASSERT_THAT(s.status(), IsOk());
+  std::mt19937_64 rng(TestSeed());
+  std::vector<float> master(n);
+  Fill(master.data(), n, rng, 1.0f);
+  ASSERT_THAT((*s)->WriteMaster(0, master), IsOk());
+  ASSERT_THAT((*s)->Step(1, nvme_test::TestHyperparams(), 1.0f, nullptr, DType::kBFloat16), IsOk());
+  // cpu_bytes: the swap buffers and the gradient partition (its allocation rounded to a page).
+  const uint64_t swap = (*s)->cpu_bytes() - n * sizeof(float);
+  EXPECT_GE(swap, kBuffers * PaddedStateBytes(chunk));
+  EXPECT_LT(swap, kBuffers * kChunk + 4096);
 }
 
 TEST(NvmeChunksTest, ReadErrorOnALaterChunkFailsTheStepNamingFileAndItsOffset) {
