@@ -304,6 +304,14 @@ Result<json> RunSize(const SizeOptions& o) {
   // failed before here.
   j["device_allocations_refused"] = run_o->device().MemoryStats().oom_count;
   j["state_bytes"] = ModelAndOptimizerBytes(o.model, DType::kFloat32);
+  // The CPU memory the optimizer's state passes through (the budget every figure here depends
+  // on: compare runs at the same bytes, not the same --buffer-count), from the overlapped
+  // engine's memory plan, which rounds each buffer as the pinned pool does.
+  uint64_t swap_buffers = 0;
+  for (const PlanItem& i : run_o->plan().items) {
+    if (i.what.rfind("optimizer swap buffers", 0) == 0) swap_buffers += i.bytes;
+  }
+  j["optimizer_swap_buffer_bytes"] = swap_buffers;
   j["state_over_device"] =
       static_cast<double>(j["state_bytes"].get<uint64_t>()) / static_cast<double>(device_bytes);
   j["device_memory_raised_to_fit"] = raised;
