@@ -38,7 +38,7 @@
 #include "core/trace.h"
 #include "engine/config/config.h"
 #include "engine/zero_inference.h"
-#include "models/llama/llama_decode.h"
+#include "models/llama/model/llama_decode.h"
 #include "offload/device/registry.h"
 
 namespace strata::bench {

@@ -15,8 +15,8 @@
 #include "aio/aio_options.h"
 #include "core/status.h"
 #include "cpu_adam/cpu_optimizer.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 

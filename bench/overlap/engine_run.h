@@ -15,8 +15,8 @@
 #include "engine/config/config.h"
 #include "engine/engine.h"
 #include "engine/plan/memory_plan.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_model.h"
 #include "offload/device/device.h"
 #include "offload/tier_budget.h"
 

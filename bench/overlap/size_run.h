@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 namespace strata::bench {
 

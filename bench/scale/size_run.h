@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 namespace strata::bench {
 

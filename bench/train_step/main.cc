@@ -38,8 +38,8 @@
 
 #include "core/dtype.h"
 #include "core/flags.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/modules/lm_head_loss.h"
 #include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"

@@ -40,7 +40,7 @@
 #include "bench/zero_step/report.h"
 #include "bench/zero_step/variants.h"
 #include "core/flags.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"
 

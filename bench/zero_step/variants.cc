@@ -11,7 +11,7 @@
 #include "engine/comm/registry.h"
 #include "engine/config/config.h"
 #include "models/llama/llama_init.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/ops/op_registry.h"
 #include "nn/tensor/parameter.h"
 #include "offload/device/kernels.h"

@@ -15,7 +15,7 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 

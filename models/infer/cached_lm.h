@@ -1,7 +1,7 @@
 // CachedLm: what generation needs from a model family's inference forward — a forward with a KV
-// cache over a batch of sequences of different lengths (models/llama/llama_decode.h implements
-// it for Llama). The generator (generator.h) and the `strata generate` tool drive it and never
-// see a family.
+// cache over a batch of sequences of different lengths (models/llama/model/llama_decode.h
+// implements it for Llama). The generator (generator.h) and the `strata generate` tool drive it and
+// never see a family.
 //
 // Sequences are rows 0..batch-1 of the cache; each has its own length. Prefill starts them from
 // their prompts; each Decode appends one token to every sequence (a finished one too: the caller

@@ -17,8 +17,8 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/tensor/parameter.h"
 #include "offload/device/stream.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/modules/footprint.h"
 
 namespace strata::llama {

@@ -14,7 +14,7 @@
 #include "data/prepare/prepare.h"
 #include "data/prepare/prepared_sampler.h"
 #include "models/data/token_file.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/test_util.h"
 

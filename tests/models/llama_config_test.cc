@@ -1,6 +1,6 @@
 // LlamaConfig: config.json parsing as transformers writes it, refusals naming the field, presets
 // and their parameter counts against a count made here from the tensor list.
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 #include <filesystem>
 #include <fstream>

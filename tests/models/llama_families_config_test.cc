@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "tests/support/status_matchers.h"
 
 namespace strata::llama {

@@ -37,10 +37,10 @@
 #include <nlohmann/json.hpp>
 
 #include "models/infer/generator.h"
+#include "models/llama/config/llama_config.h"
 #include "models/llama/llama_checkpoint.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_decode.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_decode.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/io/safetensors.h"
 #include "nn/tensor/parameter.h"
 #include "offload/device/registry.h"

@@ -24,8 +24,8 @@
 
 #include "models/infer/generator.h"
 #include "models/llama/llama_checkpoint.h"
-#include "models/llama/llama_decode.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_decode.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/io/safetensors.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"

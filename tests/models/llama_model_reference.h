@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 namespace strata::testing {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/half.h"
-#include "models/llama/llama_layers.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_layers.h"
+#include "models/llama/model/llama_model.h"
 #include "tests/models/llama_model_reference.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"
 

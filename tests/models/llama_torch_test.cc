@@ -22,9 +22,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "models/llama/config/llama_config.h"
 #include "models/llama/llama_checkpoint.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/io/safetensors.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"

@@ -2,14 +2,14 @@
 // family switches, explicit head_dim, refusals naming the field and its value, the presets'
 // parameter counts against the totals of the published checkpoints, and the config.json written
 // for a Qwen config reading back the same.
-#include "models/llama/qwen_config.h"
+#include "models/llama/config/qwen_config.h"
 
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "tests/support/status_matchers.h"
 
 namespace strata::llama {

@@ -22,7 +22,7 @@
 #include "engine/config/config.h"
 #include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "models/llama/llama_footprint.h"
 #include "nn/modules/lm_head_loss.h"
 #include "tools/strata/generate/estimate_inference.h"

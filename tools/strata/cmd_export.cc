@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/flags.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/io/safetensors.h"
 #include "tools/strata/subcommand.h"
 

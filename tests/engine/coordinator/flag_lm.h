@@ -10,7 +10,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "nn/modules/causal_lm.h"
 #include "offload/device/device.h"
 #include "tests/engine/train/engine_fixture.h"

@@ -16,7 +16,7 @@
 #include "engine/comm/registry.h"
 #include "engine/engine.h"
 #include "models/llama/llama_footprint.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"
 

@@ -24,7 +24,7 @@
 #include "engine/zero_inference.h"
 #include "models/infer/generator.h"
 #include "models/llama/llama_checkpoint.h"
-#include "models/llama/llama_decode.h"
+#include "models/llama/model/llama_decode.h"
 #include "nn/io/safetensors.h"
 #include "offload/device/registry.h"
 #include "tests/support/status_matchers.h"

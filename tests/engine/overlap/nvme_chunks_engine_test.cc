@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "tests/engine/overlap/overlap_cases.h"
 #include "tests/support/inf_injector.h"
 #include "tests/support/test_util.h"

@@ -4,7 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "tests/engine/comm/mpi_test_main.h"
 #include "tests/engine/overlap/overlap_cases.h"
 #include "tests/support/inf_injector.h"

@@ -13,7 +13,7 @@
 #include <limits>
 #include <thread>
 
-#include "models/llama/llama_layers.h"
+#include "models/llama/model/llama_layers.h"
 #include "offload/device/kernels.h"
 #include "tests/engine/overlap/overlap_cases.h"
 #include "tests/support/inf_injector.h"

@@ -10,7 +10,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
 #include "engine/engine.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "offload/device/device.h"
 
 namespace strata::testing {

@@ -16,8 +16,8 @@
 
 #include "core/flags.h"
 #include "models/infer/generator.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_decode.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_decode.h"
 #include "tools/strata/generate/generate_place.h"
 #include "tools/strata/generate/generate_text.h"
 #include "tools/strata/generate/generate_weights.h"

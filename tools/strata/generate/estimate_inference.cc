@@ -8,8 +8,8 @@
 #include "core/flags.h"
 #include "core/units.h"
 #include "engine/config/config.h"
-#include "models/llama/llama_config.h"
-#include "models/llama/llama_decode.h"
+#include "models/llama/config/llama_config.h"
+#include "models/llama/model/llama_decode.h"
 #include "nn/modules/module.h"
 
 namespace strata::cli {

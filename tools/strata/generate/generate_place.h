@@ -13,7 +13,7 @@
 #include "engine/config/config.h"
 #include "engine/zero_inference.h"
 #include "models/infer/cached_lm.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 #include "offload/device/device.h"
 #include "tools/strata/generate/generate_weights.h"
 

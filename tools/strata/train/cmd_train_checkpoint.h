@@ -17,7 +17,7 @@
 #include "core/flags.h"
 #include "core/status.h"
 #include "engine/engine.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 namespace strata::cli {
 

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/modules/causal_lm.h"
 
 namespace strata::cli {

@@ -13,7 +13,7 @@
 #include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/plan/run_memory.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "offload/device/device.h"
 #include "offload/tier_budget.h"
 

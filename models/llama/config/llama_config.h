@@ -18,7 +18,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "models/llama/llama_rope.h"
+#include "models/llama/config/llama_rope.h"
 
 namespace strata::llama {
 
@@ -46,9 +46,9 @@ struct LlamaConfig {
   // num_attention_heads. q_proj is [heads * head_dim, hidden], o_proj [hidden, heads * head_dim].
   int64_t explicit_head_dim = 0;
 
-  // Qwen switches (models/llama/qwen_config.h). qkv_bias: q_proj, k_proj, v_proj carry biases
-  // (Qwen2); qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q and k
-  // before RoPE (Qwen3).
+  // Qwen switches (models/llama/config/qwen_config.h). qkv_bias: q_proj, k_proj, v_proj carry
+  // biases (Qwen2); qk_norm: q_norm / k_norm, an RMSNorm over head_dim applied to each head of q
+  // and k before RoPE (Qwen3).
   bool qkv_bias = false;
   bool qk_norm = false;
 

@@ -1,4 +1,4 @@
-#include "models/llama/qwen_config.h"
+#include "models/llama/config/qwen_config.h"
 
 #include <string>
 

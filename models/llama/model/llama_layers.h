@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/modules/embedding.h"
 #include "nn/modules/linear.h"
 #include "nn/modules/module_list.h"

@@ -27,7 +27,7 @@
 
 #include "core/status.h"
 #include "models/infer/cached_lm.h"
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 
 namespace strata::llama {
 

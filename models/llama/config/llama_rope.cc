@@ -1,4 +1,4 @@
-#include "models/llama/llama_rope.h"
+#include "models/llama/config/llama_rope.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,10 +1,10 @@
-#include "models/llama/llama_decode.h"
+#include "models/llama/model/llama_decode.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "models/llama/llama_layers.h"
+#include "models/llama/model/llama_layers.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"
 #include "offload/device/kernels.h"

@@ -1,4 +1,4 @@
-#include "models/llama/llama_model.h"
+#include "models/llama/model/llama_model.h"
 
 #include "nn/modules/packed_layout.h"
 
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "models/llama/llama_layers.h"
+#include "models/llama/model/llama_layers.h"
 #include "nn/modules/lm_head_loss.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"

@@ -36,7 +36,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 #include "nn/modules/causal_lm.h"
 #include "nn/modules/linear.h"
 #include "nn/tensor/parameter.h"

@@ -1,7 +1,7 @@
 // Qwen2 / Qwen2.5 (Qwen2ForCausalLM) and Qwen3 (Qwen3ForCausalLM) as switches on the Llama
-// model (models/llama/llama_config.h): Qwen2 adds biases to q_proj, k_proj and v_proj; Qwen3 adds
-// q_norm / k_norm (an RMSNorm over head_dim on every head of q and k, before RoPE) and an explicit
-// head_dim. Everything else (RMSNorm, SwiGLU MLP, RoPE, GQA, tied embeddings) is Llama's.
+// model (models/llama/config/llama_config.h): Qwen2 adds biases to q_proj, k_proj and v_proj; Qwen3
+// adds q_norm / k_norm (an RMSNorm over head_dim on every head of q and k, before RoPE) and an
+// explicit head_dim. Everything else (RMSNorm, SwiGLU MLP, RoPE, GQA, tied embeddings) is Llama's.
 //
 // ParseLlamaConfig calls these for a config whose architectures / model_type names a Qwen
 // family; refused fields are named with their value (use_sliding_window true, layer_types other
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 namespace strata::llama {
 

@@ -1,11 +1,11 @@
-#include "models/llama/llama_config.h"
+#include "models/llama/config/llama_config.h"
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "models/llama/qwen_config.h"
+#include "models/llama/config/qwen_config.h"
 
 namespace strata::llama {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/llama/llama_layers.h"
+#include "models/llama/model/llama_layers.h"
 
 #include <cmath>
 #include <string>
