@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "engine/comm/communicator.h"
-#include "engine/comm/launch_env.h"
+#include "engine/comm/launch/launch_env.h"
 #include "offload/device/device.h"
 
 namespace strata {
@@ -50,8 +50,8 @@ struct CommOptions {
 // The backends compiled into this build ("local" always).
 std::vector<CommBackend> BuiltCommBackends();
 
-// Reads the launch environment (launch_env.h) and creates the world communicator. Unavailable
-// for a backend not built; InvalidArgument for a bad environment or options.
+// Reads the launch environment (launch/launch_env.h) and creates the world communicator.
+// Unavailable for a backend not built; InvalidArgument for a bad environment or options.
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& options);
 // The same with the launch environment given (tests).
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommOptions& options,

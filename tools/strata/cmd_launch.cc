@@ -1,11 +1,11 @@
 // `strata launch`: DeepSpeed's launcher interface on OpenMPI's mpirun. The flags, hostfile syntax
-// and defaults are DeepSpeed's (engine/comm/launch_plan.h turns them into an mpirun command);
-// mpirun then starts `strata launch --as_rank ...` once per slot, which sets the variables the
-// engine reads (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR/PORT come from
-// mpirun -x), CUDA_VISIBLE_DEVICES for its node, pins itself to its share of the cores (hwloc),
-// runs the program, writes its log (--log_dir) and reports how it ended. The top level forwards
-// SIGINT/SIGTERM to every rank (Note [Signals through mpirun]) and ends with the first failing
-// rank's exit code and a line naming it.
+// and defaults are DeepSpeed's (engine/comm/launch/launch_plan.h turns them into an mpirun
+// command); mpirun then starts `strata launch --as_rank ...` once per slot, which sets the
+// variables the engine reads (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR/PORT come
+// from mpirun -x), CUDA_VISIBLE_DEVICES for its node, pins itself to its share of the cores
+// (hwloc), runs the program, writes its log (--log_dir) and reports how it ended. The top level
+// forwards SIGINT/SIGTERM to every rank (Note [Signals through mpirun]) and ends with the first
+// failing rank's exit code and a line naming it.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "core/flags.h"
-#include "engine/comm/core_binding.h"
-#include "engine/comm/launch_env.h"
-#include "engine/comm/launch_plan.h"
+#include "engine/comm/launch/core_binding.h"
+#include "engine/comm/launch/launch_env.h"
+#include "engine/comm/launch/launch_plan.h"
 #include "tools/strata/subcommand.h"
 
 namespace strata::cli {

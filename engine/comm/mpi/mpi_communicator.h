@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "engine/comm/communicator.h"
-#include "engine/comm/launch_env.h"
+#include "engine/comm/launch/launch_env.h"
 #include "engine/comm/registry.h"
 
 namespace strata::internal {

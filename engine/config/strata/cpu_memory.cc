@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/units.h"
-#include "engine/comm/launch_env.h"
+#include "engine/comm/launch/launch_env.h"
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // `strata launch`'s pure parts: DeepSpeed hostfiles, --include/--exclude, and the mpirun command.
-#include "engine/comm/launch_plan.h"
+#include "engine/comm/launch/launch_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/flags.h"
-#include "engine/comm/launch_env.h"
+#include "engine/comm/launch/launch_env.h"
 #include "engine/comm/registry.h"
 #include "engine/config/auto_sizes.h"
 #include "engine/config/config.h"

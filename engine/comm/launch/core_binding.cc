@@ -1,4 +1,4 @@
-#include "engine/comm/core_binding.h"
+#include "engine/comm/launch/core_binding.h"
 
 #include <hwloc.h>
 

@@ -1,4 +1,4 @@
-#include "engine/comm/launch_env.h"
+#include "engine/comm/launch/launch_env.h"
 
 #include <charconv>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "engine/comm/launch_plan.h"
+#include "engine/comm/launch/launch_plan.h"
 
 #include <algorithm>
 #include <charconv>
