@@ -1,561 +1,175 @@
+// Parser for chat templates (jinja_parser.h): the statements - text, {{ output }}, if/elif/else,
+// for/else, set and set blocks, macro, break/continue, generation - and Parse itself. The
+// expressions are jinja_parser_expr.cc's.
 #include "data/chat_template/jinja_parser.h"
 
 #include <utility>
 
 #include "data/chat_template/jinja_lexer.h"
+#include "data/chat_template/jinja_parser_impl.h"
 
 namespace strata::data::jinja {
-namespace {
+namespace internal {
 
-using TK = Token::Kind;
-
-class Parser {
- public:
-  explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
-
-  Result<Body> ParseTemplate() {
-    Body body;
-    std::string end;
-    STRATA_RETURN_IF_ERROR(ParseBody(body, {}, end));
-    return body;
-  }
-
- private:
-  const Token& Peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
-  bool IsOp(const char* op, size_t ahead = 0) const {
-    return Peek(ahead).kind == TK::kOp && Peek(ahead).text == op;
-  }
-  bool IsName(const char* name, size_t ahead = 0) const {
-    return Peek(ahead).kind == TK::kName && Peek(ahead).text == name;
-  }
-  Status Error(const std::string& what) const {
-    return InvalidArgumentError("chat template line " + std::to_string(Peek().line) + ": " + what);
-  }
-  std::string Describe(const Token& t) const {
-    switch (t.kind) {
-      case TK::kEof:
-        return "the end of the template";
-      case TK::kBlockEnd:
-        return "'%}'";
-      case TK::kVarEnd:
-        return "'}}'";
-      case TK::kString:
-        return "a string";
-      default:
-        return "'" + t.text + "'";
+// Parses statements until a block tag whose keyword is in `ends` (consumed up to the keyword;
+// the keyword is returned in `end`), or the end of the template when `ends` is empty.
+Status Parser::ParseBody(Body& body, const std::vector<std::string>& ends, std::string& end) {
+  for (;;) {
+    const Token& tok = Peek();
+    if (tok.kind == TK::kEof) {
+      if (ends.empty()) return Status::Ok();
+      return Error("the template ends inside a block: expected {% " + ends.back() + " %}");
     }
-  }
-  Status Expect(const char* op) {
-    if (!IsOp(op)) return Error(std::string("expected '") + op + "', found " + Describe(Peek()));
-    ++p_;
-    return Status::Ok();
-  }
-  Status ExpectKind(TK kind, const char* what) {
-    if (Peek().kind != kind)
-      return Error(std::string("expected ") + what + ", found " + Describe(Peek()));
-    ++p_;
-    return Status::Ok();
-  }
-  Result<std::string> ExpectName() {
-    if (Peek().kind != TK::kName) return Error("expected a name, found " + Describe(Peek()));
-    return t_[p_++].text;
-  }
-
-  // Parses statements until a block tag whose keyword is in `ends` (consumed up to the keyword;
-  // the keyword is returned in `end`), or the end of the template when `ends` is empty.
-  Status ParseBody(Body& body, const std::vector<std::string>& ends, std::string& end) {
-    for (;;) {
-      const Token& tok = Peek();
-      if (tok.kind == TK::kEof) {
-        if (ends.empty()) return Status::Ok();
-        return Error("the template ends inside a block: expected {% " + ends.back() + " %}");
-      }
-      if (tok.kind == TK::kText) {
-        auto s = std::make_unique<Stmt>();
-        s->kind = Stmt::Kind::kText;
-        s->line = tok.line;
-        s->text = tok.text;
-        body.push_back(std::move(s));
-        ++p_;
-        continue;
-      }
-      if (tok.kind == TK::kVarBegin) {
-        auto s = std::make_unique<Stmt>();
-        s->kind = Stmt::Kind::kOutput;
-        s->line = tok.line;
-        ++p_;
-        STRATA_ASSIGN_OR_RETURN(s->expr, ParseExpr());
-        STRATA_RETURN_IF_ERROR(ExpectKind(TK::kVarEnd, "'}}'"));
-        body.push_back(std::move(s));
-        continue;
-      }
-      if (tok.kind != TK::kBlockBegin) return Error("unexpected " + Describe(tok));
+    if (tok.kind == TK::kText) {
+      auto s = std::make_unique<Stmt>();
+      s->kind = Stmt::Kind::kText;
+      s->line = tok.line;
+      s->text = tok.text;
+      body.push_back(std::move(s));
       ++p_;
-      if (Peek().kind != TK::kName)
-        return Error("expected a statement keyword, found " + Describe(Peek()));
-      std::string kw = Peek().text;
-      for (const auto& e : ends) {
-        if (kw == e) {
-          ++p_;
-          end = kw;
-          return Status::Ok();
-        }
-      }
-      STRATA_RETURN_IF_ERROR(ParseStatement(body));
+      continue;
     }
-  }
-
-  Status ParseStatement(Body& body) {
-    int line = Peek().line;
-    std::string kw = t_[p_++].text;
-    auto s = std::make_unique<Stmt>();
-    s->line = line;
-    if (kw == "if") {
-      s->kind = Stmt::Kind::kIf;
-      std::string end = "elif";
-      while (end == "elif") {
-        STRATA_ASSIGN_OR_RETURN(auto cond, ParseExpr());
-        STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-        s->conditions.push_back(std::move(cond));
-        s->bodies.emplace_back();
-        STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"elif", "else", "endif"}, end));
-      }
-      if (end == "else") {
-        STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-        s->has_else = true;
-        s->bodies.emplace_back();
-        STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endif"}, end));
-      }
-    } else if (kw == "for") {
-      s->kind = Stmt::Kind::kFor;
-      for (;;) {
-        STRATA_ASSIGN_OR_RETURN(auto name, ExpectName());
-        s->targets.push_back(name);
-        if (!IsOp(",")) break;
-        ++p_;
-      }
-      if (!IsName("in")) return Error("expected 'in' in the for loop, found " + Describe(Peek()));
+    if (tok.kind == TK::kVarBegin) {
+      auto s = std::make_unique<Stmt>();
+      s->kind = Stmt::Kind::kOutput;
+      s->line = tok.line;
       ++p_;
-      STRATA_ASSIGN_OR_RETURN(s->expr, ParseOr(/*allow_cond=*/false));
-      if (IsName("if")) {
+      STRATA_ASSIGN_OR_RETURN(s->expr, ParseExpr());
+      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kVarEnd, "'}}'"));
+      body.push_back(std::move(s));
+      continue;
+    }
+    if (tok.kind != TK::kBlockBegin) return Error("unexpected " + Describe(tok));
+    ++p_;
+    if (Peek().kind != TK::kName)
+      return Error("expected a statement keyword, found " + Describe(Peek()));
+    std::string kw = Peek().text;
+    for (const auto& e : ends) {
+      if (kw == e) {
         ++p_;
-        STRATA_ASSIGN_OR_RETURN(s->filter, ParseExpr());
+        end = kw;
+        return Status::Ok();
       }
-      if (IsName("recursive")) return Error("'for ... recursive' is not supported");
+    }
+    STRATA_RETURN_IF_ERROR(ParseStatement(body));
+  }
+}
+
+Status Parser::ParseStatement(Body& body) {
+  int line = Peek().line;
+  std::string kw = t_[p_++].text;
+  auto s = std::make_unique<Stmt>();
+  s->line = line;
+  if (kw == "if") {
+    s->kind = Stmt::Kind::kIf;
+    std::string end = "elif";
+    while (end == "elif") {
+      STRATA_ASSIGN_OR_RETURN(auto cond, ParseExpr());
       STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-      std::string end;
+      s->conditions.push_back(std::move(cond));
       s->bodies.emplace_back();
-      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"else", "endfor"}, end));
-      if (end == "else") {
-        STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-        s->has_else = true;
-        s->bodies.emplace_back();
-        STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endfor"}, end));
-      }
-    } else if (kw == "set") {
+      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"elif", "else", "endif"}, end));
+    }
+    if (end == "else") {
+      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+      s->has_else = true;
+      s->bodies.emplace_back();
+      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endif"}, end));
+    }
+  } else if (kw == "for") {
+    s->kind = Stmt::Kind::kFor;
+    for (;;) {
       STRATA_ASSIGN_OR_RETURN(auto name, ExpectName());
       s->targets.push_back(name);
-      if (IsOp(".")) {
-        ++p_;
-        STRATA_ASSIGN_OR_RETURN(auto attr, ExpectName());
-        s->targets.push_back(attr);
-      }
-      if (IsOp(",")) return Error("'set' with several targets is not supported");
-      if (IsOp("=")) {
-        ++p_;
-        s->kind = Stmt::Kind::kSet;
-        STRATA_ASSIGN_OR_RETURN(s->expr, ParseTupleOrExpr());
-      } else {
-        s->kind = Stmt::Kind::kSetBlock;
-        STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-        std::string end;
-        s->bodies.emplace_back();
-        STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endset"}, end));
-      }
-    } else if (kw == "break" || kw == "continue") {
-      s->kind = kw == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
-    } else if (kw == "macro") {
-      s->kind = Stmt::Kind::kMacro;
-      STRATA_ASSIGN_OR_RETURN(auto name, ExpectName());
-      s->targets.push_back(name);
-      STRATA_RETURN_IF_ERROR(Expect("("));
-      while (!IsOp(")")) {
-        STRATA_ASSIGN_OR_RETURN(auto param, ExpectName());
-        s->params.push_back(param);
-        ExprPtr def;
-        if (IsOp("=")) {
-          ++p_;
-          STRATA_ASSIGN_OR_RETURN(def, ParseExpr());
-        }
-        s->defaults.push_back(std::move(def));
-        if (!IsOp(",")) break;
-        ++p_;
-      }
-      STRATA_RETURN_IF_ERROR(Expect(")"));
-      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-      std::string end;
-      s->bodies.emplace_back();
-      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endmacro"}, end));
-    } else if (kw == "generation") {
-      // transformers' AssistantTracker tag: renders its body unchanged.
-      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-      s->kind = Stmt::Kind::kIf;
-      s->conditions.push_back(nullptr);
-      s->bodies.emplace_back();
-      std::string end;
-      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endgeneration"}, end));
-    } else {
-      --p_;
-      return Error("the statement '{% " + kw +
-                   " %}' is not supported in chat templates (supported: if/elif/else, for, set, "
-                   "macro, break, continue, generation)");
-    }
-    STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
-    body.push_back(std::move(s));
-    return Status::Ok();
-  }
-
-  ExprPtr Make(Expr::Kind kind, int line) {
-    auto e = std::make_unique<Expr>();
-    e->kind = kind;
-    e->line = line;
-    return e;
-  }
-
-  Result<ExprPtr> ParseTupleOrExpr() {
-    int line = Peek().line;
-    STRATA_ASSIGN_OR_RETURN(auto first, ParseExpr());
-    if (!IsOp(",")) return first;
-    auto tuple = Make(Expr::Kind::kTuple, line);
-    tuple->args.push_back(std::move(first));
-    while (IsOp(",")) {
-      ++p_;
-      if (IsOp(")") || Peek().kind == TK::kBlockEnd) break;  // (1,)
-      STRATA_ASSIGN_OR_RETURN(auto next, ParseExpr());
-      tuple->args.push_back(std::move(next));
-    }
-    return tuple;
-  }
-
-  Result<ExprPtr> ParseExpr() { return ParseOr(true); }
-
-  Result<ExprPtr> ParseOr(bool allow_cond) {
-    int line = Peek().line;
-    STRATA_ASSIGN_OR_RETURN(auto left, ParseAnd());
-    while (IsName("or")) {
-      ++p_;
-      STRATA_ASSIGN_OR_RETURN(auto right, ParseAnd());
-      auto e = Make(Expr::Kind::kOr, line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(std::move(right));
-      left = std::move(e);
-    }
-    if (allow_cond && IsName("if")) {
-      ++p_;
-      auto e = Make(Expr::Kind::kCond, line);
-      STRATA_ASSIGN_OR_RETURN(auto cond, ParseOr(false));
-      e->args.push_back(std::move(left));
-      e->args.push_back(std::move(cond));
-      if (IsName("else")) {
-        ++p_;
-        STRATA_ASSIGN_OR_RETURN(auto other, ParseOr(true));
-        e->args.push_back(std::move(other));
-      } else {
-        e->args.push_back(nullptr);
-      }
-      return e;
-    }
-    return left;
-  }
-
-  Result<ExprPtr> ParseAnd() {
-    int line = Peek().line;
-    STRATA_ASSIGN_OR_RETURN(auto left, ParseNot());
-    while (IsName("and")) {
-      ++p_;
-      STRATA_ASSIGN_OR_RETURN(auto right, ParseNot());
-      auto e = Make(Expr::Kind::kAnd, line);
-      e->args.push_back(std::move(left));
-      e->args.push_back(std::move(right));
-      left = std::move(e);
-    }
-    return left;
-  }
-
-  Result<ExprPtr> ParseNot() {
-    if (IsName("not")) {
-      int line = Peek().line;
-      ++p_;
-      STRATA_ASSIGN_OR_RETURN(auto operand, ParseNot());
-      auto e = Make(Expr::Kind::kUnary, line);
-      e->name = "not";
-      e->args.push_back(std::move(operand));
-      return e;
-    }
-    return ParseCompare();
-  }
-
-  Result<ExprPtr> ParseCompare() {
-    int line = Peek().line;
-    STRATA_ASSIGN_OR_RETURN(auto left, ParseMath1());
-    for (;;) {
-      std::string op;
-      if (Peek().kind == TK::kOp &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
-           Peek().text == "<=" || Peek().text == ">=")) {
-        op = Peek().text;
-        ++p_;
-      } else if (IsName("in")) {
-        op = "in";
-        ++p_;
-      } else if (IsName("not") && IsName("in", 1)) {
-        op = "not in";
-        p_ += 2;
-      } else {
-        return left;
-      }
-      STRATA_ASSIGN_OR_RETURN(auto right, ParseMath1());
-      auto e = Make(Expr::Kind::kBinary, line);
-      e->name = op;
-      e->args.push_back(std::move(left));
-      e->args.push_back(std::move(right));
-      left = std::move(e);
-    }
-  }
-
-  using SubParser = Result<ExprPtr> (Parser::*)();
-  Result<ExprPtr> ParseBinaryLevel(SubParser next, std::initializer_list<const char*> ops) {
-    int line = Peek().line;
-    STRATA_ASSIGN_OR_RETURN(auto left, (this->*next)());
-    for (;;) {
-      const char* found = nullptr;
-      for (const char* op : ops) {
-        if (IsOp(op)) found = op;
-      }
-      if (!found) return left;
-      ++p_;
-      STRATA_ASSIGN_OR_RETURN(auto right, (this->*next)());
-      auto e = Make(Expr::Kind::kBinary, line);
-      e->name = found;
-      e->args.push_back(std::move(left));
-      e->args.push_back(std::move(right));
-      left = std::move(e);
-    }
-  }
-  Result<ExprPtr> ParseMath1() { return ParseBinaryLevel(&Parser::ParseConcat, {"+", "-"}); }
-  Result<ExprPtr> ParseConcat() { return ParseBinaryLevel(&Parser::ParseMath2, {"~"}); }
-  Result<ExprPtr> ParseMath2() {
-    return ParseBinaryLevel(&Parser::ParsePow, {"*", "/", "//", "%"});
-  }
-  Result<ExprPtr> ParsePow() { return ParseBinaryLevel(&Parser::ParseUnaryFiltered, {"**"}); }
-
-  Result<ExprPtr> ParseUnaryFiltered() { return ParseUnary(true); }
-
-  Result<ExprPtr> ParseUnary(bool with_filter) {
-    int line = Peek().line;
-    ExprPtr e;
-    if (IsOp("-") || IsOp("+")) {
-      std::string op = t_[p_++].text;
-      STRATA_ASSIGN_OR_RETURN(auto operand, ParseUnary(false));
-      e = Make(Expr::Kind::kUnary, line);
-      e->name = op;
-      e->args.push_back(std::move(operand));
-    } else {
-      STRATA_ASSIGN_OR_RETURN(e, ParsePrimary());
-    }
-    STRATA_ASSIGN_OR_RETURN(e, ParsePostfix(std::move(e)));
-    if (!with_filter) return e;
-    for (;;) {
-      if (IsOp("|")) {
-        ++p_;
-        STRATA_ASSIGN_OR_RETURN(e, ParseFilterOrTest(std::move(e), Expr::Kind::kFilter));
-        STRATA_ASSIGN_OR_RETURN(e, ParsePostfix(std::move(e)));
-      } else if (IsName("is")) {
-        ++p_;
-        STRATA_ASSIGN_OR_RETURN(e, ParseFilterOrTest(std::move(e), Expr::Kind::kTest));
-      } else {
-        return e;
-      }
-    }
-  }
-
-  Result<ExprPtr> ParseFilterOrTest(ExprPtr operand, Expr::Kind kind) {
-    auto e = Make(kind, Peek().line);
-    if (kind == Expr::Kind::kTest && IsName("not")) {
-      e->negate = true;
-      ++p_;
-    }
-    std::string name;
-    if (kind == Expr::Kind::kTest && Peek().kind == TK::kOp &&
-        (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
-         Peek().text == "<=" || Peek().text == ">=")) {
-      name = t_[p_++].text;
-    } else if (kind == Expr::Kind::kTest && (IsName("none") || IsName("true") || IsName("false"))) {
-      name = t_[p_++].text;
-    } else {
-      STRATA_ASSIGN_OR_RETURN(name, ExpectName());
-    }
-    e->name = name;
-    e->args.push_back(std::move(operand));
-    if (IsOp("(")) {
-      STRATA_RETURN_IF_ERROR(ParseCallArgs(*e));
-    } else if (kind == Expr::Kind::kTest &&
-               (Peek().kind == TK::kString || Peek().kind == TK::kInt ||
-                Peek().kind == TK::kFloat ||
-                (Peek().kind == TK::kName && !IsName("and") && !IsName("or") && !IsName("else") &&
-                 !IsName("if") && !IsName("in") && !IsName("is")))) {
-      // `x is divisibleby 3`, `x is sameas none`: one argument without parentheses.
-      STRATA_ASSIGN_OR_RETURN(auto arg, ParseUnary(false));
-      e->args.push_back(std::move(arg));
-    }
-    return e;
-  }
-
-  // Parses `(a, b, k=v)` into e.args (after what is already there) and e.kwarg_names.
-  Status ParseCallArgs(Expr& e) {
-    STRATA_RETURN_IF_ERROR(Expect("("));
-    while (!IsOp(")")) {
-      if (Peek().kind == TK::kName && IsOp("=", 1)) {
-        e.kwarg_names.push_back(t_[p_].text);
-        p_ += 2;
-      } else if (!e.kwarg_names.empty()) {
-        return Error("a positional argument follows a keyword argument");
-      } else if (IsOp("*") || IsOp("**")) {
-        return Error("'*args' and '**kwargs' in calls are not supported");
-      }
-      STRATA_ASSIGN_OR_RETURN(auto arg, ParseExpr());
-      e.args.push_back(std::move(arg));
       if (!IsOp(",")) break;
       ++p_;
     }
-    return Expect(")");
+    if (!IsName("in")) return Error("expected 'in' in the for loop, found " + Describe(Peek()));
+    ++p_;
+    STRATA_ASSIGN_OR_RETURN(s->expr, ParseOr(/*allow_cond=*/false));
+    if (IsName("if")) {
+      ++p_;
+      STRATA_ASSIGN_OR_RETURN(s->filter, ParseExpr());
+    }
+    if (IsName("recursive")) return Error("'for ... recursive' is not supported");
+    STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+    std::string end;
+    s->bodies.emplace_back();
+    STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"else", "endfor"}, end));
+    if (end == "else") {
+      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+      s->has_else = true;
+      s->bodies.emplace_back();
+      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endfor"}, end));
+    }
+  } else if (kw == "set") {
+    STRATA_ASSIGN_OR_RETURN(auto name, ExpectName());
+    s->targets.push_back(name);
+    if (IsOp(".")) {
+      ++p_;
+      STRATA_ASSIGN_OR_RETURN(auto attr, ExpectName());
+      s->targets.push_back(attr);
+    }
+    if (IsOp(",")) return Error("'set' with several targets is not supported");
+    if (IsOp("=")) {
+      ++p_;
+      s->kind = Stmt::Kind::kSet;
+      STRATA_ASSIGN_OR_RETURN(s->expr, ParseTupleOrExpr());
+    } else {
+      s->kind = Stmt::Kind::kSetBlock;
+      STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+      std::string end;
+      s->bodies.emplace_back();
+      STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endset"}, end));
+    }
+  } else if (kw == "break" || kw == "continue") {
+    s->kind = kw == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
+  } else if (kw == "macro") {
+    s->kind = Stmt::Kind::kMacro;
+    STRATA_ASSIGN_OR_RETURN(auto name, ExpectName());
+    s->targets.push_back(name);
+    STRATA_RETURN_IF_ERROR(Expect("("));
+    while (!IsOp(")")) {
+      STRATA_ASSIGN_OR_RETURN(auto param, ExpectName());
+      s->params.push_back(param);
+      ExprPtr def;
+      if (IsOp("=")) {
+        ++p_;
+        STRATA_ASSIGN_OR_RETURN(def, ParseExpr());
+      }
+      s->defaults.push_back(std::move(def));
+      if (!IsOp(",")) break;
+      ++p_;
+    }
+    STRATA_RETURN_IF_ERROR(Expect(")"));
+    STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+    std::string end;
+    s->bodies.emplace_back();
+    STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endmacro"}, end));
+  } else if (kw == "generation") {
+    // transformers' AssistantTracker tag: renders its body unchanged.
+    STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+    s->kind = Stmt::Kind::kIf;
+    s->conditions.push_back(nullptr);
+    s->bodies.emplace_back();
+    std::string end;
+    STRATA_RETURN_IF_ERROR(ParseBody(s->bodies.back(), {"endgeneration"}, end));
+  } else {
+    --p_;
+    return Error("the statement '{% " + kw +
+                 " %}' is not supported in chat templates (supported: if/elif/else, for, set, "
+                 "macro, break, continue, generation)");
   }
+  STRATA_RETURN_IF_ERROR(ExpectKind(TK::kBlockEnd, "'%}'"));
+  body.push_back(std::move(s));
+  return Status::Ok();
+}
 
-  Result<ExprPtr> ParsePostfix(ExprPtr e) {
-    for (;;) {
-      int line = Peek().line;
-      if (IsOp(".")) {
-        ++p_;
-        auto g = Make(Expr::Kind::kGetAttr, line);
-        if (Peek().kind == TK::kInt) {
-          g->kind = Expr::Kind::kGetItem;
-          auto idx = Make(Expr::Kind::kLiteral, line);
-          idx->value = Value::Int(t_[p_++].int_value);
-          g->args.push_back(std::move(e));
-          g->args.push_back(std::move(idx));
-        } else {
-          STRATA_ASSIGN_OR_RETURN(g->name, ExpectName());
-          g->args.push_back(std::move(e));
-        }
-        e = std::move(g);
-      } else if (IsOp("[")) {
-        ++p_;
-        ExprPtr parts[3];
-        bool slice = false;
-        for (int k = 0; k < 3; ++k) {
-          if (!IsOp(":") && !IsOp("]")) {
-            STRATA_ASSIGN_OR_RETURN(parts[k], ParseExpr());
-          }
-          if (IsOp(":") && k < 2) {
-            slice = true;
-            ++p_;
-            continue;
-          }
-          break;
-        }
-        STRATA_RETURN_IF_ERROR(Expect("]"));
-        auto g = Make(slice ? Expr::Kind::kSlice : Expr::Kind::kGetItem, line);
-        g->args.push_back(std::move(e));
-        if (slice) {
-          for (auto& part : parts) g->args.push_back(std::move(part));
-        } else {
-          if (!parts[0]) return Error("an empty subscript '[]'");
-          g->args.push_back(std::move(parts[0]));
-        }
-        e = std::move(g);
-      } else if (IsOp("(")) {
-        auto c = Make(Expr::Kind::kCall, line);
-        c->args.push_back(std::move(e));
-        STRATA_RETURN_IF_ERROR(ParseCallArgs(*c));
-        e = std::move(c);
-      } else {
-        return e;
-      }
-    }
-  }
-
-  Result<ExprPtr> ParsePrimary() {
-    const Token& tok = Peek();
-    int line = tok.line;
-    if (tok.kind == TK::kName) {
-      ++p_;
-      auto e = Make(Expr::Kind::kLiteral, line);
-      if (tok.text == "true" || tok.text == "True") {
-        e->value = Value::Bool(true);
-      } else if (tok.text == "false" || tok.text == "False") {
-        e->value = Value::Bool(false);
-      } else if (tok.text == "none" || tok.text == "None") {
-        e->value = Value::None();
-      } else {
-        e->kind = Expr::Kind::kName;
-        e->name = tok.text;
-      }
-      return e;
-    }
-    if (tok.kind == TK::kString) {
-      std::string s;
-      while (Peek().kind == TK::kString) s += t_[p_++].text;  // adjacent literals join
-      auto e = Make(Expr::Kind::kLiteral, line);
-      e->value = Value::Str(std::move(s));
-      return e;
-    }
-    if (tok.kind == TK::kInt || tok.kind == TK::kFloat) {
-      ++p_;
-      auto e = Make(Expr::Kind::kLiteral, line);
-      e->value = tok.kind == TK::kInt ? Value::Int(tok.int_value) : Value::Float(tok.float_value);
-      return e;
-    }
-    if (IsOp("(")) {
-      ++p_;
-      if (IsOp(")")) {
-        ++p_;
-        return Make(Expr::Kind::kTuple, line);
-      }
-      STRATA_ASSIGN_OR_RETURN(auto inner, ParseTupleOrExpr());
-      STRATA_RETURN_IF_ERROR(Expect(")"));
-      return inner;
-    }
-    if (IsOp("[") || IsOp("{")) {
-      bool is_list = IsOp("[");
-      ++p_;
-      auto e = Make(is_list ? Expr::Kind::kList : Expr::Kind::kDict, line);
-      const char* close = is_list ? "]" : "}";
-      while (!IsOp(close)) {
-        STRATA_ASSIGN_OR_RETURN(auto item, ParseExpr());
-        e->args.push_back(std::move(item));
-        if (!is_list) {
-          STRATA_RETURN_IF_ERROR(Expect(":"));
-          STRATA_ASSIGN_OR_RETURN(auto val, ParseExpr());
-          e->args.push_back(std::move(val));
-        }
-        if (!IsOp(",")) break;
-        ++p_;
-      }
-      STRATA_RETURN_IF_ERROR(Expect(close));
-      return e;
-    }
-    return Error("expected an expression, found " + Describe(tok));
-  }
-
-  std::vector<Token> t_;
-  size_t p_ = 0;
-};
-
-}  // namespace
+}  // namespace internal
 
 Result<Body> Parse(std::string_view source) {
   STRATA_ASSIGN_OR_RETURN(auto tokens, Lex(source));
-  return Parser(std::move(tokens)).ParseTemplate();
+  return internal::Parser(std::move(tokens)).ParseTemplate();
 }
 
 }  // namespace strata::data::jinja
