@@ -124,31 +124,39 @@ TEST(NvmeChunksTest, ChunkedStepsEqualTheCpuTierSteppingWholeSubGroupsBitwise) {
   EXPECT_EQ(nvme_test::StateDiffers(s, *ref, n), "");
 }
 
+// The pinned bytes of an NvmeOptimizerState stepping `chunks` of MakeLayout's partition once
+// through `buffers` swap buffers: its cpu_bytes (the swap buffers and the gradient partition,
+// the stage being freed by the step) less the gradient partition. Fails the test (returns 0) on
+// an error.
+uint64_t SwapBytesAfterAStep(const PartitionLayout& layout, const std::vector<SubGroup>& chunks,
+                             size_t buffers) {
+  const size_t n = layout.partition_numel();
+  ScratchDir dir;
+  auto s = NvmeOptimizerState::Create(layout, chunks, nvme_test::Options(dir, buffers, true),
+                                      nullptr, nullptr);
+  EXPECT_THAT(s.status(), IsOk());
+  if (!s.ok()) return 0;
+  std::mt19937_64 rng(TestSeed());
+  std::vector<float> master(n);
+  Fill(master.data(), n, rng, 1.0f);
+  EXPECT_THAT((*s)->WriteMaster(0, master), IsOk());
+  EXPECT_THAT((*s)->Step(1, nvme_test::TestHyperparams(), 1.0f, nullptr, DType::kBFloat16), IsOk());
+  return (*s)->cpu_bytes() - n * sizeof(float);
+}
+
 // Pinned swap buffers: buffer_count x one chunk's state (three 4 KiB-aligned parts), the same for
 // sub_group_size 20000, 100000 and 1e9. The sub-groups themselves, unchunked, would need the
 // largest of them buffer_count times.
 TEST(NvmeChunksTest, PinnedSwapBuffersDoNotGrowWithSubGroupSize) {
   const PartitionLayout layout = MakeLayout();
-  const size_t n = layout.partition_numel();
   const size_t chunk = SwapChunkNumel(kChunkBytes);
   const uint64_t part = (chunk * 4 + 4095) / 4096 * 4096;
   constexpr size_t kBuffers = 4;
   std::vector<uint64_t> buffers;
   for (const int64_t sub_group_size : {20'000, 100'000, 1'000'000'000}) {
-    ScratchDir dir;
     const std::vector<SubGroup> groups = layout.SubGroups(static_cast<size_t>(sub_group_size));
-    const std::vector<SubGroup> chunks = layout.SplitSubGroups(groups, chunk);
-    auto s = NvmeOptimizerState::Create(layout, chunks, nvme_test::Options(dir, kBuffers, true),
-                                        nullptr, nullptr);
-    ASSERT_THAT(s.status(), IsOk());
-    std::mt19937_64 rng(TestSeed());
-    std::vector<float> master(n);
-    Fill(master.data(), n, rng, 1.0f);
-    ASSERT_THAT((*s)->WriteMaster(0, master), IsOk());
-    ASSERT_THAT((*s)->Step(1, nvme_test::TestHyperparams(), 1.0f, nullptr, DType::kBFloat16),
-                IsOk());
-    // cpu_bytes: the swap buffers and the gradient partition (the stage is freed by the step).
-    const uint64_t swap = (*s)->cpu_bytes() - n * sizeof(float);
+    const uint64_t swap =
+        SwapBytesAfterAStep(layout, layout.SplitSubGroups(groups, chunk), kBuffers);
     buffers.push_back(swap);
     size_t largest = 0;
     for (const SubGroup& g : groups) largest = std::max(largest, g.flat_end - g.flat_begin);
@@ -210,19 +218,9 @@ TEST(NvmeChunksTest, PinnedSwapBuffersAreBufferCountTimesTheChunk) {
   constexpr size_t kBuffers = 4;
   const size_t chunk = SwapChunkNumel(kChunk);
   ASSERT_LT(chunk, n);  // at least one full chunk
-  ScratchDir dir;
-  const std::vector<SubGroup> chunks =
-      layout.SplitSubGroups(layout.SubGroups(1'000'000'000), chunk);
-  auto s = NvmeOptimizerState::Create(layout, chunks, nvme_test::Options(dir, kBuffers, true),
-                                      nullptr, nullptr);
-  ASSERT_THAT(s.status(), IsOk());
-  std::mt19937_64 rng(TestSeed());
-  std::vector<float> master(n);
-  Fill(master.data(), n, rng, 1.0f);
-  ASSERT_THAT((*s)->WriteMaster(0, master), IsOk());
-  ASSERT_THAT((*s)->Step(1, nvme_test::TestHyperparams(), 1.0f, nullptr, DType::kBFloat16), IsOk());
-  // cpu_bytes: the swap buffers and the gradient partition (its allocation rounded to a page).
-  const uint64_t swap = (*s)->cpu_bytes() - n * sizeof(float);
+  const uint64_t swap = SwapBytesAfterAStep(
+      layout, layout.SplitSubGroups(layout.SubGroups(1'000'000'000), chunk), kBuffers);
+  // (The gradient partition's allocation is rounded up to a 4 KiB page.)
   EXPECT_GE(swap, kBuffers * PaddedStateBytes(chunk));
   EXPECT_LT(swap, kBuffers * kChunk + 4096);
 }
