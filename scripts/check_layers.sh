@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # check_layers.sh: fails when a source file includes one that is not below it in the layer order
-# written in cmake/layers.txt (layers: core < aio, cpu_adam < offload < ...; rooms inside aio/,
-# engine/, nn/, offload/, and rooms inside a room, as engine/config's). Prints one line per offending include: file:line, the include, and both rooms.
+# written in cmake/layers.txt (layers: core < aio, cpu_adam < offload < ...; the rooms inside a
+# layer, as aio's, engine's, models', nn's, offload's and tokenizers', and rooms inside a room, as
+# engine/config's or models/llama's). Prints one line per offending include: file:line, the
+# include, and both rooms.
 #
 #   scripts/check_layers.sh [--root DIR] [--layers FILE]
 #   (defaults: this checkout, its cmake/layers.txt)

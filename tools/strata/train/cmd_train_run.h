@@ -42,7 +42,7 @@ struct Run {
   Config config;
   llama::LlamaConfig model_config;
   TierBudget budget;        // the engine's CPU-tier accounting (current and peak)
-  MemoryBaseline mem_base;  // process memory before the run (cmd_train_memory.h)
+  MemoryBaseline mem_base;  // process memory before the run (engine/plan/run_memory.h)
   MemoryPlan plan;          // the per-tier memory plan of this rank
   std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
