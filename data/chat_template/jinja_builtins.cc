@@ -149,8 +149,6 @@ std::vector<uint32_t> CodePoints(const std::string& s, std::vector<std::string>&
 
 }  // namespace internal
 
-using namespace internal;  // NOLINT: the helpers above, shared with jinja_filters.cc
-
 Result<bool> Less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return a.AsDouble() < b.AsDouble();
   if (a.is_string() && b.is_string()) return a.s() < b.s();
@@ -178,6 +176,7 @@ Result<bool> Contains(const Value& container, const Value& item) {
 }
 
 Result<List> Iterate(const Value& v) {
+  using namespace internal;  // NOLINT: the helpers above (jinja_text.h), here only
   if (v.is_list()) return v.list();
   if (v.is_mapping()) {
     List keys;
@@ -196,6 +195,7 @@ Result<List> Iterate(const Value& v) {
 }
 
 Result<Value> Slice(const Value& v, const Value& start, const Value& stop, const Value& step) {
+  using namespace internal;  // NOLINT: the helpers above (jinja_text.h), here only
   std::vector<std::string> chars;
   int64_t n = 0;
   if (v.is_list()) {
@@ -249,6 +249,7 @@ bool HasMethod(const Value& object, const std::string& name) {
 
 Result<Value> CallMethod(const Value& object, const std::string& name, std::vector<Value>& args,
                          Kwargs& kwargs) {
+  using namespace internal;  // NOLINT: the helpers above (jinja_text.h), here only
   std::string what = std::string(object.TypeName()) + "." + name + "()";
   if (object.is_string()) {
     const std::string& s = object.s();
@@ -335,6 +336,7 @@ Result<Value> CallMethod(const Value& object, const std::string& name, std::vect
 }
 
 Result<bool> ApplyTest(const std::string& name, const Value& v, std::vector<Value>& args) {
+  using namespace internal;  // NOLINT: the helpers above (jinja_text.h), here only
   Value a = args.empty() ? Value() : args[0];
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();

@@ -8,10 +8,10 @@
 
 namespace strata::data::jinja {
 
-using namespace internal;  // NOLINT: the shared helpers of jinja_text.h
-
 Result<Value> ApplyFilter(const std::string& name, const Value& v, std::vector<Value>& args,
                           Kwargs& kwargs) {
+  using namespace internal;  // NOLINT: jinja_text.h's helpers, here only (a unity build shares
+                             // a namespace-scope directive with the files after this one)
   std::string what = "filter '" + name + "'";
   if (name == "trim") return Value::Str(Strip(v.Str(), Arg(args, kwargs, 0, "chars"), true, true));
   if (name == "tojson") {
