@@ -15,7 +15,7 @@
 
 #include "core/log.h"
 #include "core/trace.h"
-#include "cpu_adam/kernel_table.h"
+#include "cpu_adam/simd/kernel_table.h"
 
 namespace strata {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "cpu_adam/dtype.h"
 #include "cpu_adam/hyperparams.h"
-#include "cpu_adam/simd_isa.h"
+#include "cpu_adam/simd/dtype.h"
+#include "cpu_adam/simd/simd_isa.h"
 
 namespace strata {
 namespace internal {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "bench/cpu_adam_roofline/measure.h"
-#include "cpu_adam/dtype.h"
+#include "cpu_adam/simd/dtype.h"
 
 namespace strata::bench {
 

@@ -14,7 +14,7 @@ namespace strata {
 
 enum class OptimizerKernelKind : uint8_t { kAdam, kAdagrad, kLion };
 
-// Per-element rules (the same as cpu_adam/kernel_impl.h, FMA where it has MulAdd):
+// Per-element rules (the same as cpu_adam/simd/kernel_impl.h, FMA where it has MulAdd):
 //   Adam:    g = grad*gs + l2*p; m = b1*m + omb1*g; v = b2*v + omb2*g^2;
 //            p = p*dd - step_size * m / (sqrt(v)*bc2_rsqrt + eps)
 //   Adagrad: g = grad*gs + l2*p; v += g^2; p -= lr * g / (sqrt(v) + eps)

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "cpu_adam/dtype.h"
+#include "cpu_adam/simd/dtype.h"
 
 namespace strata {
 namespace {

@@ -1,6 +1,6 @@
 // The per-ISA kernel tables: one entry per (gradient dtype, fused parameter copy), and the copy
 // enum named apart from the device layer's CopyKind, so both can be in scope at once.
-#include "cpu_adam/kernel_table.h"
+#include "cpu_adam/simd/kernel_table.h"
 
 #include <gtest/gtest.h>
 

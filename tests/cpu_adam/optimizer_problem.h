@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cpu_adam/cpu_optimizer.h"
-#include "cpu_adam/dtype.h"
 #include "cpu_adam/hyperparams.h"
+#include "cpu_adam/simd/dtype.h"
 
 namespace strata::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cpu_adam/cpu_optimizer.h"
-#include "cpu_adam/simd_isa.h"
+#include "cpu_adam/simd/simd_isa.h"
 #include "tests/support/status_matchers.h"
 
 namespace strata {

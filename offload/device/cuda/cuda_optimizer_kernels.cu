@@ -1,7 +1,7 @@
 // CUDA kernels for the device optimizer step and the reproducible sum of squares
 // (offload/device/optimizer_kernels.h).
 //
-// The step is cpu_adam's per-element rule (cpu_adam/kernel_impl.h) with every operation spelt
+// The step is cpu_adam's per-element rule (cpu_adam/simd/kernel_impl.h) with every operation spelt
 // out as an explicitly rounded intrinsic: MulAdd -> __fmaf_rn (as the AVX2/AVX-512 kernels use
 // vfmadd), division and square root IEEE (__fdiv_rn, __fsqrt_rn), no contraction left to the
 // compiler. The copy-out rounds to nearest even (__float2half_rn, __float2bfloat16_rn), as

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/units.h"
-#include "cpu_adam/simd_isa.h"
+#include "cpu_adam/simd/simd_isa.h"
 #include "offload/device/registry.h"
 #include "offload/numa.h"
 #include "strata/config.h"

@@ -1,4 +1,4 @@
-#include "cpu_adam/simd_isa.h"
+#include "cpu_adam/simd/simd_isa.h"
 
 #include <cstdlib>
 #include <string>

@@ -3,7 +3,7 @@
 
 #include <immintrin.h>
 
-#include "cpu_adam/kernel_impl.h"
+#include "cpu_adam/simd/kernel_impl.h"
 
 namespace strata::internal {
 namespace {

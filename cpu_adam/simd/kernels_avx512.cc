@@ -8,7 +8,7 @@
 
 #include <immintrin.h>
 
-#include "cpu_adam/kernel_impl.h"
+#include "cpu_adam/simd/kernel_impl.h"
 
 #ifndef STRATA_KERNELS_AVX512_BF16
 #define STRATA_KERNELS_AVX512_BF16 0

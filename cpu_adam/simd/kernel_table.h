@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cpu_adam/dtype.h"
+#include "cpu_adam/simd/dtype.h"
 
 namespace strata::internal {
 

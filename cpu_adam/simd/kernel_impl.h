@@ -20,7 +20,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "cpu_adam/kernel_table.h"
+#include "cpu_adam/simd/kernel_table.h"
 
 namespace strata::internal {
 namespace {  // NOLINT(build/namespaces): see Note [Kernels and the one-definition rule].

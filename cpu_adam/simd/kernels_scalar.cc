@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/half.h"
-#include "cpu_adam/kernel_impl.h"
+#include "cpu_adam/simd/kernel_impl.h"
 
 namespace strata::internal {
 namespace {
