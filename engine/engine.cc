@@ -18,7 +18,7 @@
 #include "engine/plan/cpu_budget.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/zero/store/zero3_shards.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata {
 

@@ -63,7 +63,7 @@
 #include "engine/optim/lr_schedule.h"
 #include "engine/optim/optimizer_state.h"
 #include "nn/modules/causal_lm.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 
 namespace strata {

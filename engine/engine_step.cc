@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
 #include "engine/zero/store/zero3_shards.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata {
 

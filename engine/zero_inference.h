@@ -29,7 +29,7 @@
 #include "engine/zero/hooks/zero3_hooks.h"
 #include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

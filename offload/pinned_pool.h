@@ -23,7 +23,7 @@
 
 #include "aio/direct/aligned_buffer.h"
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 
 namespace strata {

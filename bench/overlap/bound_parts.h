@@ -18,7 +18,7 @@
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
 #include "nn/modules/causal_lm.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::bench {
 

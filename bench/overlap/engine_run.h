@@ -17,7 +17,7 @@
 #include "engine/plan/memory_plan.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 
 namespace strata::bench {

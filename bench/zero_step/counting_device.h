@@ -16,7 +16,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::bench {
 

@@ -14,7 +14,7 @@
 #include "models/llama/model/llama_model.h"
 #include "nn/ops/op_registry.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::bench {
 namespace {

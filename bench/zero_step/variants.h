@@ -17,7 +17,7 @@
 #include "engine/engine.h"
 #include "models/llama/config/llama_config.h"
 #include "nn/modules/causal_lm.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::bench {
 

@@ -27,7 +27,7 @@ struct StepCoeffs {
 };
 
 // Optional fused copy-out of the updated parameter, by its element type. (Not "CopyKind": that is
-// the device layer's H2D/D2H enum in offload/device/stream.h, one name for one concept.)
+// the device layer's H2D/D2H enum in offload/device/api/stream.h, one name for one concept.)
 enum class ParamCopy { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 inline constexpr int kNumGradKinds = 3;    // indexed by DType
 inline constexpr int kNumParamCopies = 3;  // indexed by ParamCopy

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

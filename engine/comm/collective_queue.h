@@ -29,7 +29,7 @@
 
 #include "core/status.h"
 #include "engine/comm/collective.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata::internal {
 

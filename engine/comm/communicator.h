@@ -24,8 +24,8 @@
 //   - A collective that fails — a peer that exited or hangs (no progress within
 //     CommOptions::timeout_s), sizes that differ across ranks (checked when
 //     CommOptions::check_sizes), a transport error — becomes the stream's error (Note [Stream
-//     errors] in offload/device/device.h): the stream and every event recorded after it report a
-//     Status naming the collective and the ranks involved. The communicator is then failed: every
+//     errors] in offload/device/api/device.h): the stream and every event recorded after it report
+//     a Status naming the collective and the ranks involved. The communicator is then failed: every
 //     later call returns that error. Destroy it; a failed job is restarted, not repaired.
 //
 // Thread safety: every method may be called from any thread; calls are ordered by a mutex (their
@@ -41,7 +41,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata {
 

@@ -1,7 +1,7 @@
 #include "engine/comm/local_communicator.h"
 
 #include "engine/comm/collective.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::internal {
 namespace {

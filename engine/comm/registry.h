@@ -15,7 +15,7 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/launch/launch_env.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

@@ -6,8 +6,8 @@
 
 #include "aio/direct/aligned_buffer.h"
 #include "core/units.h"
-#include "offload/device/optimizer_kernel_args.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernel_args.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata {
 

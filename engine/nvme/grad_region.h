@@ -47,7 +47,7 @@
 #include "aio/aio_handle.h"
 #include "core/status.h"
 #include "engine/zero/grad/grad_target.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 #include "swap/swap_space.h"

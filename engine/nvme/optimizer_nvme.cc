@@ -11,7 +11,7 @@
 
 #include "core/units.h"
 #include "engine/base/trace.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata {
 namespace {

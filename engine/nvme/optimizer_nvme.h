@@ -64,7 +64,7 @@
 #include "engine/config/config.h"
 #include "engine/nvme/grad_region.h"
 #include "engine/optim/param_copy_target.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 #include "swap/optimizer_swapper.h"

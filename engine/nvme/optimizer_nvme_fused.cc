@@ -14,7 +14,7 @@
 #include <oneapi/tbb/partitioner.h>
 
 #include "engine/nvme/optimizer_nvme.h"
-#include "offload/device/optimizer_kernel_args.h"
+#include "offload/device/optim/optimizer_kernel_args.h"
 
 namespace strata {
 // Note [Fused checksums]

@@ -10,7 +10,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include "engine/nvme/optimizer_nvme.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata {
 
@@ -51,8 +51,8 @@ void NvmeOptimizerState::PrecomputeGradChecks(size_t begin, size_t end) const {
 }
 
 double NvmeOptimizerState::GradSquaredNorm(size_t begin, size_t end) const {
-  // The chunks' sums (every backend's chunking and order: offload/device/optimizer_kernels.h) in
-  // parallel, added in order: the same bits as the sequential loop.
+  // The chunks' sums (every backend's chunking and order: offload/device/optim/optimizer_kernels.h)
+  // in parallel, added in order: the same bits as the sequential loop.
   if (end <= begin) return 0;
   if (region_ != nullptr) return region_->SquaredNorm();
   double total = 0;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/units.h"
-#include "offload/device/kernels.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/api/kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata {
 

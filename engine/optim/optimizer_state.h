@@ -21,7 +21,7 @@
 //
 // Same math: the step equals CpuOptimizer's (bitwise on the host backend, to FMA rounding on
 // CUDA), and the squared norm has the same bits on every tier and device (Note [Squared-norm
-// order] in offload/device/optimizer_kernel_args.h).
+// order] in offload/device/optim/optimizer_kernel_args.h).
 //
 // Padding elements of the partition (past a parameter's end, alignment gaps) are zero in every
 // array and stay zero: a zero gradient leaves a zero master weight at zero under Adam, AdamW,
@@ -42,7 +42,7 @@
 #include "core/status.h"
 #include "cpu_adam/cpu_optimizer.h"
 #include "engine/base/partition.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier.h"
 #include "offload/tier_budget.h"

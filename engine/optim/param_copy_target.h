@@ -27,7 +27,7 @@
 #include "core/status.h"
 #include "engine/base/partition.h"
 #include "engine/zero/store/param_store.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 #include "offload/pinned_pool.h"
 
 namespace strata {

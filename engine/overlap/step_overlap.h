@@ -75,7 +75,7 @@
 #include "engine/optim/optimizer_state.h"
 #include "engine/zero/store/param_fence.h"
 #include "engine/zero/store/param_store.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 

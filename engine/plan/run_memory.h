@@ -25,7 +25,7 @@
 
 #include "core/status.h"
 #include "engine/plan/memory_plan.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 
 namespace strata {

@@ -20,7 +20,7 @@
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata::llama {
 

@@ -8,7 +8,7 @@
 // from the op (nothing was enqueued after it). Indices live in device memory, so they are checked
 // on the GPU: a one-block kernel finds the first bad one and writes it to a slot of mapped pinned
 // memory; a host function enqueued after the op reads the slot and, if it holds one, fails the
-// stream with InvalidArgument (Note [Stream errors], offload/device/device.h). The op's own
+// stream with InvalidArgument (Note [Stream errors], offload/device/api/device.h). The op's own
 // kernels skip bad rows, so nothing reads out of bounds.
 //
 // Note [CUDA op scratch]
@@ -27,7 +27,7 @@
 #include <utility>
 
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::nn::internal::cuda {
 

@@ -1,7 +1,7 @@
 #include "nn/modules/linear.h"
 
 #include "nn/ops/ops.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::nn {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "nn/ops/ops.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::nn {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "nn/ops/op_registry.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::nn {
 namespace {

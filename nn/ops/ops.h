@@ -8,14 +8,14 @@
 // to fp32 on the way in and rounded once on the way out; parameter gradients accumulate (+=),
 // input gradients overwrite. Shapes are in the comments; N = tokens (batch * seq_len).
 // Argument errors return at once (InvalidArgument); errors found while running (a token id out
-// of range) become the stream's error (Note [Stream errors], offload/device/device.h).
+// of range) become the stream's error (Note [Stream errors], offload/device/api/device.h).
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata::nn {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::nn {
 namespace {

@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "nn/tensor/tensor.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata::nn {
 

@@ -1,6 +1,6 @@
 #include "nn/tensor/parameter_storage.h"
 
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::nn {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/status.h"
 #include "nn/tensor/device_buffer.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::nn {
 

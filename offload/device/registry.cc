@@ -1,6 +1,6 @@
 #include "offload/device/registry.h"
 
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 #include "strata/config.h"
 
 namespace strata {

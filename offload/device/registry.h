@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "offload/device/api/device.h"
 #include "offload/device/cuda/cuda_device.h"
-#include "offload/device/device.h"
 #include "offload/device/host/host_device.h"
 
 namespace strata {

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata {
 namespace {

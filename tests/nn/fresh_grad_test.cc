@@ -18,7 +18,7 @@
 #include "nn/modules/linear.h"
 #include "nn/modules/rms_norm.h"
 #include "nn/tensor/parameter_storage.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"
 

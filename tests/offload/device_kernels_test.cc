@@ -14,7 +14,7 @@
 #include <random>
 #include <type_traits>
 
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 #include "tests/offload/device_fixture.h"
 #include "tests/offload/reference.h"
 #include "tests/offload/typed_data.h"

@@ -1,6 +1,6 @@
 // MemoryLedger (CudaDevice's allocator bookkeeping, tested without a GPU): the cap holds under
 // many concurrent allocators, failures roll back, and a pointer can be freed only once.
-#include "offload/device/memory_ledger.h"
+#include "offload/device/api/memory_ledger.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

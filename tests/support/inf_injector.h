@@ -10,7 +10,7 @@
 #include "nn/modules/linear.h"
 #include "nn/modules/module.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::testing {
 

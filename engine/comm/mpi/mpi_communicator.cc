@@ -17,7 +17,7 @@
 #include "engine/comm/mpi/peer_probe.h"
 #include "engine/comm/mpi/size_check.h"
 #include "engine/comm/mpi/split_group.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::internal {
 namespace {

@@ -8,7 +8,7 @@
 #include "core/trace.h"
 #include "core/units.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata {
 

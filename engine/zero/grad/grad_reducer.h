@@ -33,7 +33,7 @@
 #include "engine/base/step_breakdown.h"
 #include "engine/comm/communicator.h"
 #include "engine/zero/grad/grad_target.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier_budget.h"
 

@@ -38,7 +38,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

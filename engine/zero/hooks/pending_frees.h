@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

@@ -5,7 +5,7 @@
 
 #include "core/trace.h"
 #include "core/units.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata {
 

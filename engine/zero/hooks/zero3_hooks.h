@@ -60,7 +60,7 @@
 #include "engine/zero/hooks/pending_frees.h"
 #include "engine/zero/store/param_store.h"
 #include "nn/modules/module.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/units.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata {
 namespace {

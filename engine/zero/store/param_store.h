@@ -41,7 +41,7 @@
 #include "engine/base/step_breakdown.h"
 #include "engine/config/config.h"
 #include "engine/zero/store/param_fence.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/pinned_pool.h"
 #include "offload/tier.h"
 #include "offload/tier_budget.h"

@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "engine/zero/store/param_store.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
 namespace strata {
 

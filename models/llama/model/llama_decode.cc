@@ -7,7 +7,7 @@
 #include "models/llama/model/llama_layers.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::llama {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "nn/ops/ops.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::llama {
 namespace {

@@ -15,7 +15,7 @@
 #include "nn/tensor/device_buffer.h"
 #include "nn/tensor/parameter_storage.h"
 #include "nn/tensor/pinned_stash.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 namespace strata::llama {
 

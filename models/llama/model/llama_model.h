@@ -40,7 +40,7 @@
 #include "nn/modules/causal_lm.h"
 #include "nn/modules/linear.h"
 #include "nn/tensor/parameter.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::llama {
 

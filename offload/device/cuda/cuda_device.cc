@@ -14,9 +14,9 @@
 
 #include "core/log.h"
 #include "core/units.h"
+#include "offload/device/api/memory_ledger.h"
 #include "offload/device/cuda/cublas_library.h"
 #include "offload/device/cuda/cuda_kernels.h"
-#include "offload/device/memory_ledger.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-// CUDA kernels for the device kernel set (contract in offload/device/kernels.h): grid-stride
+// CUDA kernels for the device kernel set (contract in offload/device/api/kernels.h): grid-stride
 // elementwise kernels templated on the element types, and block reductions for the
 // L2-norm partial sums. Conversions use CUDA's round-to-nearest-even intrinsics.
 #include <cuda_bf16.h>

@@ -2,7 +2,7 @@
 // includes so cuda_device.cc and the .cu share it; the stream is a cudaStream_t passed as void*.
 #pragma once
 
-#include "offload/device/kernel_launch.h"
+#include "offload/device/api/kernel_launch.h"
 
 namespace strata::internal {
 

@@ -1,5 +1,5 @@
 // CUDA kernels for the device optimizer step and the reproducible sum of squares
-// (offload/device/optimizer_kernels.h).
+// (offload/device/optim/optimizer_kernels.h).
 //
 // The step is cpu_adam's per-element rule (cpu_adam/simd/kernel_impl.h) with every operation spelt
 // out as an explicitly rounded intrinsic: MulAdd -> __fmaf_rn (as the AVX2/AVX-512 kernels use

@@ -3,7 +3,7 @@
 // passed as void*.
 #pragma once
 
-#include "offload/device/optimizer_kernel_args.h"
+#include "offload/device/optim/optimizer_kernel_args.h"
 
 namespace strata::internal {
 

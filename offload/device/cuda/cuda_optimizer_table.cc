@@ -6,7 +6,7 @@
 
 #include "offload/device/cuda/cuda_device.h"
 #include "offload/device/cuda/cuda_optimizer_kernels.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata::internal {
 namespace {

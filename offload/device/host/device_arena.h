@@ -18,7 +18,7 @@
 
 #include "aio/direct/aligned_buffer.h"
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::internal {
 

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "core/status.h"
-#include "offload/device/kernel_launch.h"
+#include "offload/device/api/kernel_launch.h"
 
 namespace strata::internal {
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "cpu_adam/cpu_optimizer.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 namespace strata::internal {
 namespace {

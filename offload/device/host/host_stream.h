@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "offload/device/api/host_task.h"
+#include "offload/device/api/kernel_launch.h"
+#include "offload/device/api/stream.h"
 #include "offload/device/host/link_pacer.h"
-#include "offload/device/host_task.h"
-#include "offload/device/kernel_launch.h"
-#include "offload/device/stream.h"
 
 namespace strata::internal {
 

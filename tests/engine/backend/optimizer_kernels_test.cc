@@ -1,8 +1,8 @@
-// The device optimizer kernels (offload/device/optimizer_kernels.h) on every device kind against
-// cpu_adam: each step against the double-precision ReferenceStep with cpu_adam's own conformance
-// bound (16 float roundings of the magnitudes entering each result; the fused copy bit for bit),
-// and on the host backends bit for bit against CpuOptimizer::StepAt. The squared-norm partials
-// must equal the host loop's bits on every device (Note [Squared-norm order]).
+// The device optimizer kernels (offload/device/optim/optimizer_kernels.h) on every device kind
+// against cpu_adam: each step against the double-precision ReferenceStep with cpu_adam's own
+// conformance bound (16 float roundings of the magnitudes entering each result; the fused copy bit
+// for bit), and on the host backends bit for bit against CpuOptimizer::StepAt. The squared-norm
+// partials must equal the host loop's bits on every device (Note [Squared-norm order]).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <tuple>
 
 #include "cpu_adam/cpu_optimizer.h"
-#include "offload/device/norm_chunks_avx2.h"
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/norm_chunks_avx2.h"
+#include "offload/device/optim/optimizer_kernels.h"
 #include "tests/cpu_adam/optimizer_problem.h"
 #include "tests/engine/backend/backend_devices.h"
 #include "tests/support/status_matchers.h"

@@ -17,7 +17,7 @@
 #include "core/half.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/host_math.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 #include "tests/engine/comm/mpi_test_main.h"
 #include "tests/support/status_matchers.h"
 

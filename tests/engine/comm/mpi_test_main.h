@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "engine/comm/communicator.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::testing {
 

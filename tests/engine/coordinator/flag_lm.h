@@ -12,7 +12,7 @@
 #include "engine/engine.h"
 #include "models/llama/model/llama_model.h"
 #include "nn/modules/causal_lm.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "tests/engine/train/engine_fixture.h"
 
 namespace strata::testing {

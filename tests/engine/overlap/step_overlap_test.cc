@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "models/llama/model/llama_layers.h"
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 #include "tests/engine/overlap/overlap_cases.h"
 #include "tests/support/inf_injector.h"
 #include "tests/support/status_matchers.h"

@@ -11,7 +11,7 @@
 #include "engine/config/config.h"
 #include "engine/engine.h"
 #include "models/llama/model/llama_model.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::testing {
 

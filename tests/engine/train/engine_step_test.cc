@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 #include "tests/engine/train/engine_fixture.h"
 #include "tests/support/inf_injector.h"
 #include "tests/support/status_matchers.h"

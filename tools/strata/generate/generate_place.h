@@ -14,7 +14,7 @@
 #include "engine/zero_inference.h"
 #include "models/infer/cached_lm.h"
 #include "models/llama/model/llama_model.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "tools/strata/generate/generate_weights.h"
 
 namespace strata::cli {

@@ -14,7 +14,7 @@
 #include "engine/plan/memory_plan.h"
 #include "engine/plan/run_memory.h"
 #include "models/llama/config/llama_config.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 
 namespace strata::cli {

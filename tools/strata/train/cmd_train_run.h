@@ -19,7 +19,7 @@
 #include "models/data/token_file.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 #include "tools/strata/train/cmd_train_checkpoint.h"
 #include "tools/strata/train/cmd_train_setup.h"

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "engine/comm/communicator.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::cli {
 

@@ -31,9 +31,9 @@
 #include <string>
 
 #include "core/status.h"
-#include "offload/device/host_task.h"
-#include "offload/device/kernel_launch.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/host_task.h"
+#include "offload/device/api/kernel_launch.h"
+#include "offload/device/api/stream.h"
 
 namespace strata {
 

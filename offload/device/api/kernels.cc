@@ -1,8 +1,8 @@
-#include "offload/device/kernels.h"
+#include "offload/device/api/kernels.h"
 
 #include <string>
 
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,6 @@
-// The two bodies of SquaredNormChunkSums (offload/device/optimizer_kernels.h): AVX2, for callers
-// that checked the CPU has it at run time, and portable. Same bits (Note [Squared-norm order]).
+// The two bodies of SquaredNormChunkSums (offload/device/optim/optimizer_kernels.h): AVX2, for
+// callers that checked the CPU has it at run time, and portable. Same bits (Note [Squared-norm
+// order]).
 #pragma once
 
 #include <cstddef>

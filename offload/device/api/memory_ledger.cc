@@ -1,4 +1,4 @@
-#include "offload/device/memory_ledger.h"
+#include "offload/device/api/memory_ledger.h"
 
 #include <utility>
 

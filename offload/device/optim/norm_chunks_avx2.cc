@@ -6,7 +6,7 @@
 // add (the square of a float is exact in double): 8 chunks advance side by side, as two groups of
 // 4 whose elements are transposed so that lane j of a 4-double vector holds chunk j. Two groups
 // (8 streams 16 KiB apart) rather than more: 16 such streams share one L1 set and ran slower.
-#include "offload/device/norm_chunks_avx2.h"
+#include "offload/device/optim/norm_chunks_avx2.h"
 
 #include <immintrin.h>
 

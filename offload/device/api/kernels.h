@@ -14,8 +14,8 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "offload/device/kernel_launch.h"
-#include "offload/device/stream.h"
+#include "offload/device/api/kernel_launch.h"
+#include "offload/device/api/stream.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "offload/device/optimizer_kernels.h"
+#include "offload/device/optim/optimizer_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 
-#include "offload/device/norm_chunks_avx2.h"
+#include "offload/device/optim/norm_chunks_avx2.h"
 
 namespace strata {
 namespace {

@@ -1,6 +1,6 @@
-#include "offload/device/stream.h"
+#include "offload/device/api/stream.h"
 
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // KernelLaunch: the description of one device kernel, as passed from the typed launch functions
-// (offload/device/kernels.h) to a Device's LaunchKernel.
+// (offload/device/api/kernels.h) to a Device's LaunchKernel.
 //
 // A plain struct (no CUDA types, no allocation) so that HostDevice can queue it by value and the
 // CUDA backend can hand it to a .cu file. Field meanings per op are documented in kernels.h.

@@ -20,8 +20,8 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "cpu_adam/hyperparams.h"
-#include "offload/device/device.h"
-#include "offload/device/optimizer_kernel_args.h"
+#include "offload/device/api/device.h"
+#include "offload/device/optim/optimizer_kernel_args.h"
 
 namespace strata {
 

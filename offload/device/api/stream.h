@@ -27,7 +27,7 @@
 #include <utility>
 
 #include "core/status.h"
-#include "offload/device/host_task.h"
+#include "offload/device/api/host_task.h"
 
 namespace strata {
 

@@ -24,7 +24,7 @@
 #include <unordered_map>
 
 #include "core/status.h"
-#include "offload/device/device.h"
+#include "offload/device/api/device.h"
 
 namespace strata::internal {
 
