@@ -62,7 +62,7 @@
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/lr_schedule.h"
 #include "engine/optim/optimizer_state.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 #include "offload/device/api/device.h"
 #include "offload/tier_budget.h"
 

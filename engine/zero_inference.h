@@ -28,7 +28,7 @@
 #include "engine/engine.h"
 #include "engine/zero/hooks/zero3_hooks.h"
 #include "engine/zero/store/param_store.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "offload/device/api/device.h"
 
 namespace strata {

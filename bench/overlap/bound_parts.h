@@ -17,7 +17,7 @@
 #include "cpu_adam/cpu_optimizer.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 #include "offload/device/api/device.h"
 
 namespace strata::bench {

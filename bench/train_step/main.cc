@@ -40,7 +40,7 @@
 #include "core/flags.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_model.h"
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 #include "nn/ops/op_registry.h"
 #include "offload/device/host/host_device.h"
 

@@ -16,7 +16,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
 #include "models/llama/config/llama_config.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 #include "offload/device/api/device.h"
 
 namespace strata::bench {

@@ -10,7 +10,7 @@
 // included (zero3_hooks.cc); NVMe placement is planned from the engine design (swap buffers and
 // the swap files) — Note [Stage 3 and NVMe plans] in memory_plan.cc.
 //
-// Model-agnostic: the model is a ModelShape (nn/modules/footprint.h: parameter numels, what its
+// Model-agnostic: the model is a ModelShape (nn/modules/lm/footprint.h: parameter numels, what its
 // activations need), which each model family reports (models/llama/llama_footprint.h).
 #pragma once
 
@@ -23,7 +23,7 @@
 
 #include "core/status.h"
 #include "engine/config/config.h"
-#include "nn/modules/footprint.h"
+#include "nn/modules/lm/footprint.h"
 
 namespace strata {
 

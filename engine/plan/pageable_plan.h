@@ -10,7 +10,7 @@
 
 #include "engine/config/config.h"
 #include "engine/plan/memory_plan.h"
-#include "nn/modules/footprint.h"
+#include "nn/modules/lm/footprint.h"
 
 namespace strata {
 

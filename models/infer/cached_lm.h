@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 
 namespace strata::infer {
 

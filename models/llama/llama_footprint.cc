@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 
 namespace strata::llama {
 namespace {
@@ -41,7 +41,7 @@ ActivationBytes LlamaActivations(const LlamaConfig& c, uint64_t b, uint64_t s, b
   a.device_bytes += (cpu_ckpt ? 2 : layers + 1) * Dev(n * h * f);  // hidden states
   a.device_bytes += (checkpointing ? 1 : layers) * layer_acts;
   a.device_bytes += grads;
-  // The head's logits are one chunk's (nn/modules/lm_head_loss.h), lse one float a token.
+  // The head's logits are one chunk's (nn/modules/lm/lm_head_loss.h), lse one float a token.
   const uint64_t head_rows = static_cast<uint64_t>(nn::LmHeadLoss::RowsPerChunk(
       static_cast<int64_t>(n), c.hidden_size, c.vocab_size, head_chunk));
   a.device_bytes +=

@@ -1,4 +1,4 @@
-// A Llama's memory footprint as the engine's memory plan reads it (nn/modules/footprint.h):
+// A Llama's memory footprint as the engine's memory plan reads it (nn/modules/lm/footprint.h):
 // parameter numels in Hugging Face order, the RoPE tables, and the activation buffers
 // LlamaForCausalLM allocates for a batch, with and without activation checkpointing. Used by
 // `strata train` / `strata estimate` and the benchmarks that plan a Llama run.
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "models/llama/config/llama_config.h"
-#include "nn/modules/footprint.h"
+#include "nn/modules/lm/footprint.h"
 
 namespace strata::llama {
 

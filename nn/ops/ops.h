@@ -159,7 +159,7 @@ struct CrossEntropyArgs {
   float* loss = nullptr;
   // Backward: logits are overwritten with d(loss_scale * loss)/d(logits).
   float loss_scale = 1.0f;
-  // For a chunk of rows (nn/modules/lm_head_loss.h): `labels_shifted` means row r is scored
+  // For a chunk of rows (nn/modules/lm/lm_head_loss.h): `labels_shifted` means row r is scored
   // against labels[r] (the caller shifted them; -100 scores nothing) and `seq` only sizes the
   // rows, num_valid counts the scored rows of all chunks; `accumulate_loss` adds this call's
   // sum / num_valid to loss[0] instead of writing it.

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "models/llama/model/llama_model.h"
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "nn/modules/embedding.h"
-#include "nn/modules/linear.h"
-#include "nn/modules/rms_norm.h"
+#include "nn/modules/layers/embedding.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/layers/rms_norm.h"
 #include "nn/tensor/parameter_storage.h"
 #include "offload/device/api/kernels.h"
 #include "tests/nn/nn_test_util.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/modules/linear.h"
+#include "nn/modules/layers/linear.h"
 #include "nn/tensor/parameter_storage.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/support/status_matchers.h"

@@ -2,7 +2,7 @@
 // a small hidden size. The loss and every gradient of the chunked path equal the whole path's
 // (fp32 rounding) and a float64 double loop written here; the device memory the head holds is
 // measured (the device's peak) and bounded by the chunk, not by tokens x vocab.
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

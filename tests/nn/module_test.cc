@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "core/half.h"
-#include "nn/modules/linear.h"
-#include "nn/modules/module_list.h"
-#include "nn/modules/rms_norm.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/layers/module_list.h"
+#include "nn/modules/layers/rms_norm.h"
 #include "nn/tensor/parameter_storage.h"
 #include "nn/tensor/pinned_stash.h"
 #include "tests/nn/nn_test_util.h"

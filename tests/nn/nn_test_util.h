@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "offload/device/host/host_device.h"
 
 namespace strata::testing {

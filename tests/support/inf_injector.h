@@ -7,8 +7,8 @@
 
 #include <limits>
 
-#include "nn/modules/linear.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/layers/module.h"
 #include "nn/tensor/parameter.h"
 #include "offload/device/api/kernels.h"
 

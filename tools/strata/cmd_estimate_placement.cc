@@ -18,7 +18,7 @@
 #include "engine/plan/cpu_budget.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/llama_footprint.h"
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 
 namespace strata::cli::internal {
 namespace {

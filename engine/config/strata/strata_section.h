@@ -53,7 +53,7 @@ struct StrataConfig {
   // Not a key: set once the planner chose the "auto" sizing keys within cpu_memory
   // (engine/plan/cpu_budget.h), so a second pass (the engine after `strata train`) keeps them.
   bool sizes_within_budget = false;
-  // Tokens per chunk of the LM head + loss (nn/modules/lm_head_loss.h): 0 = all tokens at once,
+  // Tokens per chunk of the LM head + loss (nn/modules/lm/lm_head_loss.h): 0 = all tokens at once,
   // kLmHeadChunkAuto = "auto" (whole while the logits are at most 64 MiB, else chunks whose
   // logits are about the size of the hidden states, at least 256 tokens).
   static constexpr int64_t kLmHeadChunkAuto = -1;

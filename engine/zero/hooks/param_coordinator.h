@@ -37,7 +37,7 @@
 #include "core/status.h"
 #include "engine/comm/communicator.h"
 #include "engine/zero/store/param_store.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "offload/device/api/device.h"
 
 namespace strata {

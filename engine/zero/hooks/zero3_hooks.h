@@ -59,7 +59,7 @@
 #include "engine/zero/hooks/param_coordinator.h"
 #include "engine/zero/hooks/pending_frees.h"
 #include "engine/zero/store/param_store.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "offload/device/api/device.h"
 
 namespace strata {

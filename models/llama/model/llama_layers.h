@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "models/llama/config/llama_config.h"
-#include "nn/modules/embedding.h"
-#include "nn/modules/linear.h"
-#include "nn/modules/module_list.h"
-#include "nn/modules/rms_norm.h"
+#include "nn/modules/layers/embedding.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/layers/module_list.h"
+#include "nn/modules/layers/rms_norm.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"
 

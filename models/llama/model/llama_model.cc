@@ -1,6 +1,6 @@
 #include "models/llama/model/llama_model.h"
 
-#include "nn/modules/packed_layout.h"
+#include "nn/modules/lm/packed_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/llama/model/llama_layers.h"
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/device_buffer.h"
 #include "nn/tensor/parameter_storage.h"

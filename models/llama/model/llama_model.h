@@ -37,8 +37,8 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "models/llama/config/llama_config.h"
-#include "nn/modules/causal_lm.h"
-#include "nn/modules/linear.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/lm/causal_lm.h"
 #include "nn/tensor/parameter.h"
 #include "offload/device/api/device.h"
 
@@ -61,7 +61,7 @@ struct LlamaModelOptions {
   // inputs in pinned CPU memory instead of device memory.
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // requires activation_checkpointing
-  // The LM head and loss run in chunks of this many tokens (nn/modules/lm_head_loss.h), so at
+  // The LM head and loss run in chunks of this many tokens (nn/modules/lm/lm_head_loss.h), so at
   // most chunk x vocab logits exist; logits() is then empty after a Forward with labels. 0: all
   // tokens at once (logits kept whole until Backward); nn::LmHeadLoss::kAutoChunk (-1): its rule.
   int64_t lm_head_chunk_tokens = 0;

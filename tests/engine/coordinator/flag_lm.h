@@ -11,7 +11,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/engine.h"
 #include "models/llama/model/llama_model.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 #include "offload/device/api/device.h"
 #include "tests/engine/train/engine_fixture.h"
 

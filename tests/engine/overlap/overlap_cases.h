@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "tests/engine/train/engine_fixture.h"
 
 namespace strata::testing {

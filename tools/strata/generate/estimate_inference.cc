@@ -10,7 +10,7 @@
 #include "engine/config/config.h"
 #include "models/llama/config/llama_config.h"
 #include "models/llama/model/llama_decode.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 
 namespace strata::cli {
 namespace {

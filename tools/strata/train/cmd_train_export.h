@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "models/llama/config/llama_config.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 
 namespace strata::cli {
 

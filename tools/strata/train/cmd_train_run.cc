@@ -13,7 +13,7 @@
 #include "engine/comm/launch/launch_env.h"
 #include "engine/comm/registry.h"
 #include "engine/config/auto_sizes.h"
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 #include "offload/device/registry.h"
 #include "tools/strata/train/cmd_train_memory.h"
 #include "tools/strata/train/cmd_train_space.h"

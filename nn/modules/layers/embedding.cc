@@ -1,4 +1,4 @@
-#include "nn/modules/embedding.h"
+#include "nn/modules/layers/embedding.h"
 
 #include <algorithm>
 #include <string>

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "nn/tensor/device_buffer.h"
 
 namespace strata::nn {

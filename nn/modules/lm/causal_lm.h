@@ -10,7 +10,7 @@
 #include <span>
 
 #include "core/status.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "nn/ops/ops.h"
 #include "nn/tensor/tensor.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 
 namespace strata::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/modules/packed_layout.h"
+#include "nn/modules/lm/packed_layout.h"
 
 #include <string>
 #include <unordered_set>

@@ -25,8 +25,8 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "nn/modules/linear.h"
-#include "nn/modules/module.h"
+#include "nn/modules/layers/linear.h"
+#include "nn/modules/layers/module.h"
 #include "nn/tensor/device_buffer.h"
 #include "nn/tensor/tensor.h"
 

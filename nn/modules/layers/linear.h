@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 #include "nn/tensor/device_buffer.h"
 
 namespace strata::nn {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 
 namespace strata::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/modules/causal_lm.h"
+#include "nn/modules/lm/causal_lm.h"
 
 namespace strata::nn {
 

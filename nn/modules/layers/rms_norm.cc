@@ -1,4 +1,4 @@
-#include "nn/modules/rms_norm.h"
+#include "nn/modules/layers/rms_norm.h"
 
 #include "nn/ops/ops.h"
 

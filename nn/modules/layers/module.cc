@@ -1,4 +1,4 @@
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 
 #include <algorithm>
 

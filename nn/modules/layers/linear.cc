@@ -1,4 +1,4 @@
-#include "nn/modules/linear.h"
+#include "nn/modules/layers/linear.h"
 
 #include "nn/ops/ops.h"
 #include "offload/device/api/kernels.h"

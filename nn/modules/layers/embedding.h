@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "nn/modules/module.h"
+#include "nn/modules/layers/module.h"
 
 namespace strata::nn {
 

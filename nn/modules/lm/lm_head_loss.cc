@@ -1,4 +1,4 @@
-#include "nn/modules/lm_head_loss.h"
+#include "nn/modules/lm/lm_head_loss.h"
 
 #include <algorithm>
 #include <string>
