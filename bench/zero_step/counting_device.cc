@@ -1,16 +1,11 @@
 #include "bench/zero_step/counting_device.h"
 
-#include <chrono>
 #include <utility>
+
+#include "core/clock.h"
 
 namespace strata::bench {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Set by the task before a copy, read by the task after it, on the stream's worker thread.
 int64_t& CopyStartNs() {
@@ -61,13 +56,13 @@ Status CountingDevice::CopyAsync(const Stream& stream, void* dst, const void* sr
     STRATA_RETURN_IF_ERROR(target_->CopyAsync(inner, dst, src, size_bytes, kind));
   } else {
     STRATA_RETURN_IF_ERROR(target_->LaunchHostFunc(inner, []() -> Status {
-      CopyStartNs() = NowNs();
+      CopyStartNs() = SteadyNowNs();
       return Status::Ok();
     }));
     STRATA_RETURN_IF_ERROR(target_->CopyAsync(inner, dst, src, size_bytes, kind));
     std::atomic<int64_t>* busy = &busy_ns_[k];
     STRATA_RETURN_IF_ERROR(target_->LaunchHostFunc(inner, [busy]() -> Status {
-      busy->fetch_add(NowNs() - CopyStartNs());
+      busy->fetch_add(SteadyNowNs() - CopyStartNs());
       return Status::Ok();
     }));
   }

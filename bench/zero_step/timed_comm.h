@@ -5,9 +5,9 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 
+#include "core/clock.h"
 #include "engine/comm/communicator.h"
 
 namespace strata::bench {
@@ -50,11 +50,6 @@ class TimedCommunicator final : public CommunicatorWrapper {
   }
 
  private:
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   // The start time lives in a thread_local of the stream's worker: the end task of a collective
   // runs on the same worker, after it, before any later collective's start task.
   static int64_t& StartNs() {
@@ -65,14 +60,14 @@ class TimedCommunicator final : public CommunicatorWrapper {
   template <typename F>
   Status Timed(const Stream& stream, F&& enqueue) {
     STRATA_RETURN_IF_ERROR(stream.LaunchHostFunc([]() -> Status {
-      StartNs() = NowNs();
+      StartNs() = SteadyNowNs();
       return Status::Ok();
     }));
     STRATA_RETURN_IF_ERROR(enqueue());
     ++calls_;
     std::atomic<int64_t>* busy = &busy_ns_;
     return stream.LaunchHostFunc([busy]() -> Status {
-      busy->fetch_add(NowNs() - StartNs());
+      busy->fetch_add(SteadyNowNs() - StartNs());
       return Status::Ok();
     });
   }
