@@ -73,6 +73,12 @@ class Planner {
   void Pinned(std::string what, uint64_t bytes, bool pin) {
     Add(pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu, std::move(what), PinnedAlloc(bytes));
   }
+  // A PinnedPool of `count` buffers of `each` bytes: rounded per buffer, as the pool rounds each
+  // (offload/pinned_pool.cc), not the sum.
+  void PinnedBuffers(std::string what, uint64_t count, uint64_t each, bool pin) {
+    Add(pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu, std::move(what),
+        count * PinnedAlloc(each));
+  }
 
  private:
   MemoryPlan* plan_;
@@ -284,11 +290,10 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
           p.Pinned("parameter shards kept in CPU (offload_param.max_in_cpu)", in_cpu * cb,
                    z.offload_param.pin_memory);
         }
-        p.Pinned(
-            "parameter swap buffers (buffer_count x buffer_size)",
-            static_cast<uint64_t>(z.offload_param.buffer_count) *
-                RoundUp(static_cast<uint64_t>(z.offload_param.buffer_size) * cb, kPlanSwapAlign),
-            z.offload_param.pin_memory);
+        p.PinnedBuffers("parameter swap buffers (buffer_count x buffer_size)",
+                        static_cast<uint64_t>(z.offload_param.buffer_count),
+                        static_cast<uint64_t>(z.offload_param.buffer_size) * cb,
+                        z.offload_param.pin_memory);
         p.Add(PlanTier::kNvme, "parameter shard swap file", swap);
         break;
       }
@@ -352,11 +357,9 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       } else {
         p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
       }
-      // One pool buffer each, rounded as the pool rounds each (offload/pinned_pool.cc).
-      p.Add(opt_pin ? PlanTier::kPinnedCpu : PlanTier::kPageableCpu,
-            "optimizer swap buffers (buffer_count x largest swap chunk)",
-            static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)) *
-                PinnedAlloc(SwapExtentBytes(largest_group)));
+      p.PinnedBuffers("optimizer swap buffers (buffer_count x largest swap chunk)",
+                      static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)),
+                      SwapExtentBytes(largest_group), opt_pin);
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);

@@ -222,6 +222,9 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
   // Pinned allocations past 2 MiB are planned in huge pages.
   auto huge = [](uint64_t b) { return (b + (uint64_t{2} << 20) - 1) / (2 << 20) * (2 << 20); };
   EXPECT_EQ(item(deepspeed, "optimizer swap buffers"), 4 * (uint64_t{64} << 20));
+  // offload_param's pool too, each buffer rounded (DeepSpeed's 5 x 1e8 elements of bf16: 200 MB
+  // a buffer, 96 huge pages each; rounding the sum would plan 4 MiB less than the pool pins).
+  EXPECT_EQ(item(deepspeed, "parameter swap buffers"), 5 * huge(uint64_t{100'000'000} * 2));
   EXPECT_EQ(item(deepspeed, "optimizer state staging"), huge(12 * chunk));
   // The whole 134M-element partition is one sub-group at 1e9: unchunked, 4 x 12 B x 134M.
   EXPECT_LT(item(deepspeed, "optimizer swap buffers"), uint64_t{4} * 12 * (8 << 24) / 16);
