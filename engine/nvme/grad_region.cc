@@ -281,6 +281,32 @@ Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
   return Status::Ok();
 }
 
+Status GradRegion::AddZeros(size_t flat_begin, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flat_begin > numel_ || n > numel_ - flat_begin) {
+    return InvalidArgumentError("gradient region: zeros for [" + std::to_string(flat_begin) + ", " +
+                                std::to_string(flat_begin + n) + ") outside the partition of " +
+                                std::to_string(numel_));
+  }
+  const size_t cn = options_.chunk_numel;
+  for (size_t end = flat_begin + n; end > flat_begin;) {
+    const size_t c = (end - 1) / cn;
+    const size_t start = std::max(flat_begin, c * cn);
+    if (dropped_[c] != 0) {
+      return FailedPreconditionError("gradient region: zeros for " + Where(c) +
+                                     " after this step's updates consumed it");
+    }
+    // The elements are +0.0 wherever the chunk is (fresh, in a buffer or on NVMe): only the count
+    // moves, and a chunk in a buffer that it completes is written behind as after an add.
+    added_[c] += end - start;
+    for (Buffer& b : buffers_) {
+      if (b.chunk == static_cast<int>(c)) STRATA_RETURN_IF_ERROR(WriteBehind(c, b));
+    }
+    end = start;
+  }
+  return Status::Ok();
+}
+
 // Note [Copy into a fresh chunk]
 // A chunk no pass has written yet is zeros. Zeroing its buffer and adding into it is two passes
 // over memory and a read of the zeros; instead the buffer remembers the part not yet written

@@ -106,6 +106,10 @@ class GradRegion final : public GradTarget {
   // Elements [flat_begin, flat_begin + n) += src[0, n) (host memory). IoError / DataLoss from a
   // write-out or read-back, naming the chunk, file and offset.
   Status Add(size_t flat_begin, const float* src, size_t n) override;
+  // Elements [flat_begin, flat_begin + n) are zero this pass and were not written before in the
+  // step (GradTarget::AddZeros): counted as added (Note [A chunk is done when its adds are]), no
+  // value changes and no chunk is loaded for them.
+  Status AddZeros(size_t flat_begin, size_t n) override;
   // Ends the pass: the last pass takes the resident chunks' norm sums. The chunks stay in their
   // buffers (dirty: written when their room is needed, or by Flush).
   Status EndPass() override;

@@ -75,7 +75,7 @@ struct GradReducerOptions {
   size_t host_begin = 0;
   // Instead of host_partition: the host part goes through this target
   // (engine/zero/grad/grad_target.h: the NVMe gradient region), always staged and added (no
-  // copy-first, no rows). Not owned.
+  // copy-first; rows in the step's first pass: Note [Rows to the region]). Not owned.
   GradTarget* host_target = nullptr;
   // The host target's staging buffers: page-locked if pin_memory, charged to `budget` if set.
   bool pin_memory = true;
@@ -100,7 +100,8 @@ class GradReducer {
   // TakesRows(param) said so before this pass wrote the slot.
   Status Ready(size_t param, float* slot, std::vector<int32_t> rows, size_t row_numel);
   // Whether this pass's contribution of `param` may come as rows: one rank, the parameter wholly
-  // in the host part and not yet written in this stale pass (Note [Copy first]).
+  // in the host part and not yet written in this stale pass (Note [Copy first]), or, with a
+  // target (the NVMe region), in the step's first pass (Note [Rows to the region]).
   bool TakesRows(size_t param) const;
   // Reduces every queued slot; work enqueued on the compute stream afterwards sees the result
   // (the host part's adds included, and the target's EndPass after a BeginPass).
@@ -146,6 +147,10 @@ class GradReducer {
   // zeroed first (Note [Rows to host]).
   Status CopyRowsToHost(const Stream& s, const float* slot, const ShardSlice& sl, size_t param,
                         const std::vector<int32_t>& rows, size_t row_numel);
+  // Only `rows` of the slot, staged and added into the target, the elements between them
+  // counted as zeros (Note [Rows to the region]).
+  Status AddRowsToTarget(const Stream& s, const float* slot, const ShardSlice& sl,
+                         const std::vector<int32_t>& rows, size_t row_numel);
   // The same range copied into host_partition on `s` (Note [Copy first]).
   Status CopyToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
                     size_t hi);
@@ -179,6 +184,10 @@ class GradReducer {
   GradTarget* target_ = nullptr;  // o_.host_target, or own_target_ over host_partition
   std::unique_ptr<HostArrayGradTarget> own_target_;
   bool pass_open_ = false;  // BeginPass enqueued, EndPass not yet
+  // Note [Rows to the region]: the pass begun last is the step's first, and per parameter,
+  // whether the step has sent it to the target yet (empty until a first pass).
+  bool target_first_pass_ = false;
+  std::vector<char> target_written_;
   size_t staging_numel_ = 0;
   std::unique_ptr<PinnedPool> staging_pool_;
   std::vector<PinnedBuffer> staging_;
