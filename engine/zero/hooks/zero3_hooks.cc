@@ -1,6 +1,7 @@
 #include "engine/zero/hooks/zero3_hooks.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "core/trace.h"
@@ -140,8 +141,9 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
       own_gather_ = false;
       for (size_t i : used) STRATA_RETURN_IF_ERROR(WaitReady(i));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(used));
-      return Status::Ok();
+      return TraceCompute(module, true);
     case nn::HookPoint::kPostForward:
+      STRATA_RETURN_IF_ERROR(TraceCompute(module, false, "forward"));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, used));
       for (size_t i : used) STRATA_RETURN_IF_ERROR(Release(i));
       return Status::Ok();
@@ -159,8 +161,9 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
       }
       for (size_t i : gathered_in_backward) STRATA_RETURN_IF_ERROR(WaitReady(i));
       if (coord_ != nullptr) STRATA_RETURN_IF_ERROR(coord_->AfterGather(gathered_in_backward));
-      return Status::Ok();
+      return TraceCompute(module, true);
     case nn::HookPoint::kPostBackward:
+      STRATA_RETURN_IF_ERROR(TraceCompute(module, false, "backward"));
       if (coord_ != nullptr) {
         STRATA_RETURN_IF_ERROR(coord_->BeforeRelease(point, module, gathered_in_backward));
       }
@@ -175,6 +178,34 @@ Status ZeroHooks::OnHook(nn::HookPoint point, nn::Module& module, const nn::RunC
       return Status::Ok();
   }
   return Status::Ok();
+}
+
+// Note [Module spans on the compute stream]
+// With a trace, each module that owns parameters gets a span on the "stream compute" track from
+// the compute stream reaching its kernels (after the waits for its gathers) to the stream
+// finishing them: host functions on the stream record both ends, so the span is the stream's
+// time, not the engine thread's (which runs ahead, enqueueing). Beside the gathers' and the
+// gradient copies' tracks it shows what each gap on the link waited for. Without a trace nothing
+// is enqueued.
+Status ZeroHooks::TraceCompute(const nn::Module& module, bool begin, const char* phase) {
+  Tracer* tracer = CurrentTracer();
+  if (tracer == nullptr || !tracer->enabled()) return Status::Ok();
+  if (begin) {
+    auto at = std::make_shared<double>(0);
+    compute_begin_[&module] = at;
+    return o_.compute.LaunchHostFunc([tracer, at] {
+      *at = tracer->NowUs();
+      return Status::Ok();
+    });
+  }
+  auto it = compute_begin_.find(&module);
+  if (it == compute_begin_.end()) return Status::Ok();
+  std::shared_ptr<double> at = std::move(it->second);
+  compute_begin_.erase(it);
+  return o_.compute.LaunchHostFunc([tracer, at, m = &module, phase] {
+    tracer->Complete(tracer->Track("stream compute"), m->name(), phase, *at, tracer->NowUs());
+    return Status::Ok();
+  });
 }
 
 Status ZeroHooks::BeginPass() {

@@ -188,10 +188,15 @@ class ZeroHooks final : public nn::ModuleHooks, private Gatherer {
   // the frees in flight on the compute and comm streams are waited for (AllocateAfterFrees).
   Result<void*> AllocateSlot(size_t bytes);
   const std::vector<size_t>& ParamsOf(const nn::Module& m) const;
+  // Note [Module spans on the compute stream]: a module's span begins (begin) or ends (its
+  // `phase`, "forward" or "backward") on the compute stream, with a trace only.
+  Status TraceCompute(const nn::Module& module, bool begin, const char* phase = "");
 
   ZeroHooksOptions o_;
   std::vector<ParamState> state_;
   std::unordered_map<const nn::Module*, std::vector<size_t>> uses_;
+  // Note [Module spans on the compute stream]: the begin time of each module's open span.
+  std::unordered_map<const nn::Module*, std::shared_ptr<double>> compute_begin_;
   uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   uint64_t param_bytes_ = 0, slot_bytes_ = 0;  // held now, by kind
   PendingFrees pending_frees_;                 // freed in stream order, maybe not back yet

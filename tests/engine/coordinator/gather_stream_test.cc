@@ -6,8 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "tests/engine/coordinator/flag_lm.h"
 #include "tests/engine/trace/trace_json.h"
@@ -58,6 +61,66 @@ TEST(ParamCoordinatorStreamTest, GathersRunOnTheGatherStreamAndChangeNoBits) {
     }
   }
   EXPECT_GE(gathers, non_persistent * static_cast<size_t>(on.steps));
+  std::filesystem::remove(path);
+}
+
+// Note [Module spans on the compute stream]: with a trace, every module that owns parameters has
+// one span per forward and one per backward on the compute stream's track, recorded by the stream
+// itself: they never overlap (the stream runs one kernel at a time), each step's forward spans
+// all come before its backward spans, and the modules are those the model's parameters name.
+TEST(ParamCoordinatorStreamTest, EachModuleHasAForwardAndABackwardSpanOnTheComputeStream) {
+  auto comm = testing::MakeLocalComm();
+  const testing::TokenData data = testing::RandomTokens(23, 6, 2, 16, 256);
+  const std::string path =
+      ::testing::TempDir() + "strata_module_spans_" + std::to_string(::getpid()) + ".json";
+  PrefetchRun run{.param = "cpu", .bucket = 60000};
+  run.extra = "\"strata\": {\"trace_path\": \"" + path + "\"}, ";
+  ASSERT_THAT(testing::TrainPrefetch(*comm, run, data).status, IsOk());
+
+  // The modules owning parameters, from the model's parameter names ("<module>.<local>").
+  auto device = testing::MakeHostDevice();
+  auto model = testing::MakeTinyModel(device.get(), DType::kFloat32);
+  std::set<std::string> modules;
+  for (const nn::Parameter* p : model->NamedParameters()) {
+    modules.insert(p->name().substr(0, p->name().rfind('.')));
+  }
+  ASSERT_GT(modules.size(), 4u);
+
+  const testing::ParsedTrace trace = testing::ParseTrace(path);
+  int compute_tid = -1;
+  for (const auto& [tid, name] : trace.tracks) {
+    if (name == "stream compute") compute_tid = tid;
+  }
+  ASSERT_NE(compute_tid, -1) << "no \"stream compute\" track in " << path;
+  struct Span {
+    double begin, end;
+    std::string name, phase;
+  };
+  std::vector<Span> spans;
+  for (const nlohmann::json& s : trace.spans) {
+    const std::string cat = s.at("cat").get<std::string>();
+    if (cat != "forward" && cat != "backward") continue;
+    EXPECT_EQ(s.at("tid").get<int>(), compute_tid) << "a module span off the compute stream";
+    const double ts = s.at("ts").get<double>();
+    spans.push_back({ts, ts + s.at("dur").get<double>(), s.at("name").get<std::string>(), cat});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  const size_t m = modules.size();
+  ASSERT_EQ(spans.size(), 2 * m * static_cast<size_t>(run.steps));
+  for (size_t k = 0; k < spans.size(); ++k) {
+    if (k > 0) {
+      EXPECT_LE(spans[k - 1].end, spans[k].begin) << "overlapping spans at " << k;
+    }
+    EXPECT_LE(spans[k].begin, spans[k].end);
+    // Per step: the m forward spans, then the m backward spans.
+    EXPECT_EQ(spans[k].phase, (k / m) % 2 == 0 ? "forward" : "backward") << k;
+  }
+  for (size_t first = 0; first < spans.size(); first += m) {
+    std::set<std::string> names;
+    for (size_t k = first; k < first + m; ++k) names.insert(spans[k].name);
+    EXPECT_EQ(names, modules) << "the " << spans[first].phase << " at span " << first;
+  }
   std::filesystem::remove(path);
 }
 
