@@ -239,22 +239,29 @@ Status GradRegion::BeginPass(bool first, bool last) {
   return Status::Ok();
 }
 
+Status GradRegion::InPartition(const char* what, size_t flat_begin, size_t n) const {
+  if (flat_begin <= numel_ && n <= numel_ - flat_begin) return Status::Ok();
+  return InvalidArgumentError(std::string("gradient region: ") + what + " [" +
+                              std::to_string(flat_begin) + ", " + std::to_string(flat_begin + n) +
+                              ") outside the partition of " + std::to_string(numel_));
+}
+
+Status GradRegion::NotConsumed(const char* what, size_t c) const {
+  if (dropped_[c] == 0) return Status::Ok();
+  return FailedPreconditionError(std::string("gradient region: ") + what + " " + Where(c) +
+                                 " after this step's updates consumed it");
+}
+
 Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (flat_begin > numel_ || n > numel_ - flat_begin) {
-    return InvalidArgumentError("gradient region: add to [" + std::to_string(flat_begin) + ", " +
-                                std::to_string(flat_begin + n) + ") outside the partition of " +
-                                std::to_string(numel_));
-  }
+  STRATA_RETURN_IF_ERROR(InPartition("add to", flat_begin, n));
   // Note [Write-behind]: the chunks last to first, as the backward reaches them.
   const size_t cn = options_.chunk_numel;
   for (size_t end = flat_begin + n; end > flat_begin;) {
     const size_t c = (end - 1) / cn;
     const size_t start = std::max(flat_begin, c * cn);
-    if (dropped_[c] != 0) {  // its values left unwritten: an add now would start from stale ones
-      return FailedPreconditionError("gradient region: add to " + Where(c) +
-                                     " after this step's updates consumed it");
-    }
+    // Its values left unwritten: an add now would start from stale ones.
+    STRATA_RETURN_IF_ERROR(NotConsumed("add to", c));
     STRATA_ASSIGN_OR_RETURN(Buffer * b, Load(c, true));
     if (read_chunk_ == static_cast<int>(c)) read_chunk_ = -1;  // its copy is out of date now
     // Note [Copy into a fresh chunk]: [lo, hi) in the chunk; below b->fresh it is zeros not
@@ -283,19 +290,12 @@ Status GradRegion::Add(size_t flat_begin, const float* src, size_t n) {
 
 Status GradRegion::AddZeros(size_t flat_begin, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (flat_begin > numel_ || n > numel_ - flat_begin) {
-    return InvalidArgumentError("gradient region: zeros for [" + std::to_string(flat_begin) + ", " +
-                                std::to_string(flat_begin + n) + ") outside the partition of " +
-                                std::to_string(numel_));
-  }
+  STRATA_RETURN_IF_ERROR(InPartition("zeros for", flat_begin, n));
   const size_t cn = options_.chunk_numel;
   for (size_t end = flat_begin + n; end > flat_begin;) {
     const size_t c = (end - 1) / cn;
     const size_t start = std::max(flat_begin, c * cn);
-    if (dropped_[c] != 0) {
-      return FailedPreconditionError("gradient region: zeros for " + Where(c) +
-                                     " after this step's updates consumed it");
-    }
+    STRATA_RETURN_IF_ERROR(NotConsumed("zeros for", c));
     // The elements are +0.0 wherever the chunk is (fresh, in a buffer or on NVMe): only the count
     // moves, and a chunk in a buffer that it completes is written behind as after an add.
     added_[c] += end - start;
@@ -379,11 +379,7 @@ bool GradRegion::Held(size_t c) const {
 
 Status GradRegion::Consume(size_t flat_begin, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (flat_begin > numel_ || n > numel_ - flat_begin) {
-    return InvalidArgumentError("gradient region: consume of [" + std::to_string(flat_begin) +
-                                ", " + std::to_string(flat_begin + n) +
-                                ") outside the partition of " + std::to_string(numel_));
-  }
+  STRATA_RETURN_IF_ERROR(InPartition("consume of", flat_begin, n));
   if (!last_pass_) return Status::Ok();  // earlier passes' sums are still to be added to
   const size_t cn = options_.chunk_numel;
   for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
@@ -440,20 +436,13 @@ Status GradRegion::Flush() {
 
 Status GradRegion::Read(size_t flat_begin, size_t n, float* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (flat_begin > numel_ || n > numel_ - flat_begin) {
-    return InvalidArgumentError("gradient region: read of [" + std::to_string(flat_begin) + ", " +
-                                std::to_string(flat_begin + n) + ") outside the partition of " +
-                                std::to_string(numel_));
-  }
+  STRATA_RETURN_IF_ERROR(InPartition("read of", flat_begin, n));
   const size_t cn = options_.chunk_numel;
   for (size_t e = flat_begin, end = flat_begin + n; e < end;) {
     const size_t c = e / cn;
     const size_t stop = std::min(end, c * cn + ChunkNumel(c));
     float* dst = out + (e - flat_begin);
-    if (dropped_[c] != 0) {
-      return FailedPreconditionError("gradient region: read of " + Where(c) +
-                                     ", which this step's updates consumed already");
-    }
+    STRATA_RETURN_IF_ERROR(NotConsumed("read of", c));
     if (has_data_[c] == 0) {
       std::memset(dst, 0, (stop - e) * sizeof(float));
     } else {

@@ -166,6 +166,10 @@ class GradRegion final : public GradTarget {
   GradRegion(size_t numel, const GradRegionOptions& o) : numel_(numel), options_(o) {}
   size_t ChunkNumel(size_t c) const;
   std::string Where(size_t c) const;
+  // InvalidArgument unless [flat_begin, flat_begin + n) is in the partition; FailedPrecondition
+  // if chunk c was consumed this step (Note [Gradients of resident states]). `what` names the call.
+  Status InPartition(const char* what, size_t flat_begin, size_t n) const;
+  Status NotConsumed(const char* what, size_t c) const;
   // The buffer holding chunk c, loaded (read back or zeroed) if needed.
   Result<Buffer*> Load(size_t c, bool for_add);
   // Chunk c's current values to read: its add buffer if resident, else the read buffer (Note [A

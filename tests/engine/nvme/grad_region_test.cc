@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -226,6 +228,91 @@ TEST(GradRegionTest, AChunkIsWrittenWhenItsAddsAreDoneSoLateAddsReadNothingBack)
     }
     EXPECT_EQ(r.region->SquaredNorm(), ReferenceSquaredNorm(adds.ref)) << "step " << step;
   }
+}
+
+// Note [Rows to the region] (engine/zero/grad/grad_reducer.cc): in a step's first pass a
+// parameter may arrive as its rows, added, and AddZeros for the elements between them. That must
+// read back as the whole add of a slot that is zero outside the rows, bit for bit, and count as
+// it: a step after one that set the counts writes the chunks with rows behind by the pass's end,
+// as whole adds do (Note [A chunk is done when its adds are]), which an AddZeros that counted
+// nothing would not.
+TEST(GradRegionTest, ZerosBetweenRowsCountAsTheWholeAddAndReadBackAsZeros) {
+  constexpr size_t kLow = 2000, kHigh = 30000;  // the "embedding": [kLow, kHigh), 4 chunks
+  const std::vector<std::pair<size_t, size_t>> rows = {{5000, 100}, {17000, 50}, {26000, 500}};
+  struct Outcome {
+    uint64_t written_by_end_pass = 0;
+    std::vector<float> values;
+  };
+  auto run = [&](bool as_rows) {
+    ScratchDir dir;
+    Rig r = MakeRig(dir, 3);
+    Outcome o;
+    if (r.region == nullptr) return o;
+    std::mt19937_64 rng(TestSeed());
+    std::normal_distribution<float> d;
+    auto values = [&](size_t n) {
+      std::vector<float> v(n);
+      for (float& x : v) x = d(rng);
+      return v;
+    };
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_THAT(r.region->BeginPass(true, true), IsOk());
+      std::vector<float> top = values(kNumel - kHigh), low = values(kLow);
+      EXPECT_THAT(r.region->Add(kHigh, top.data(), top.size()), IsOk());
+      std::vector<float> emb(kHigh - kLow, 0.0f);  // the slot: zero outside the rows
+      for (const auto& [b, n] : rows) {
+        const std::vector<float> v = values(n);
+        std::copy(v.begin(), v.end(), emb.begin() + static_cast<long>(b - kLow));
+      }
+      if (step == 0 || !as_rows) {
+        EXPECT_THAT(r.region->Add(kLow, emb.data(), emb.size()), IsOk());
+      } else {  // the gaps counted first, then the rows last first, as the reducer sends them
+        size_t below = kHigh;
+        for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+          EXPECT_THAT(r.region->AddZeros(it->first + it->second, below - it->first - it->second),
+                      IsOk());
+          below = it->first;
+        }
+        EXPECT_THAT(r.region->AddZeros(kLow, below - kLow), IsOk());
+        for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+          EXPECT_THAT(r.region->Add(it->first, emb.data() + (it->first - kLow), it->second),
+                      IsOk());
+        }
+      }
+      EXPECT_THAT(r.region->Add(0, low.data(), low.size()), IsOk());
+      EXPECT_THAT(r.region->EndPass(), IsOk());
+      const GradRegion::Stats st = r.region->TakeStats();
+      if (step == 1) o.written_by_end_pass = st.bytes_written;
+    }
+    o.values.assign(kNumel, -1.0f);
+    EXPECT_THAT(r.region->Read(0, kNumel, o.values.data()), IsOk());
+    return o;
+  };
+  const Outcome whole = run(false), got = run(true);
+  ASSERT_EQ(got.values.size(), kNumel);
+  EXPECT_EQ(std::memcmp(whole.values.data(), got.values.data(), kNumel * sizeof(float)), 0);
+  // The same chunks written behind, but for chunk 1 ([8192, 16384)), wholly between two rows:
+  // zeros only, it is never loaded, so never written (it reads as zeros, as a chunk no add
+  // reached does).
+  EXPECT_GT(whole.written_by_end_pass, kChunk * sizeof(float));  // chunks written behind
+  EXPECT_EQ(got.written_by_end_pass, whole.written_by_end_pass - kChunk * sizeof(float));
+}
+
+TEST(GradRegionTest, AddZerosRefusesARangeOutsideThePartitionAndAConsumedChunk) {
+  ScratchDir dir;
+  Rig r = MakeRig(dir, 6);
+  ASSERT_NE(r.region, nullptr);
+  ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+  EXPECT_THAT(r.region->AddZeros(kNumel - 10, 11),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("zeros for"), HasSubstr("outside the partition"))));
+  const std::vector<float> ones(kChunk, 1.0f);
+  ASSERT_THAT(r.region->Add(0, ones.data(), kChunk), IsOk());
+  ASSERT_THAT(r.region->EndPass(), IsOk());
+  ASSERT_THAT(r.region->Consume(0, kChunk), IsOk());  // chunk 0 leaves its buffer unwritten
+  EXPECT_THAT(r.region->AddZeros(10, 5),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("chunk 0"), HasSubstr("consumed"))));
 }
 
 class GradRegionBuffersTest : public ::testing::TestWithParam<size_t> {};
