@@ -3,8 +3,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/chat_template/jinja_interpreter.h"
-#include "data/chat_template/jinja_parser.h"
+#include "data/chat_template/jinja/eval/jinja_interpreter.h"
+#include "data/chat_template/jinja/syntax/jinja_parser.h"
 
 namespace strata::data {
 

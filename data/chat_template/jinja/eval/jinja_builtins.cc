@@ -1,6 +1,6 @@
-#include "data/chat_template/jinja_builtins.h"
+#include "data/chat_template/jinja/eval/jinja_builtins.h"
 
-#include "data/chat_template/jinja_text.h"
+#include "data/chat_template/jinja/eval/jinja_text.h"
 
 #include <algorithm>
 #include <cctype>

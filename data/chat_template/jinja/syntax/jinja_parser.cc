@@ -1,12 +1,12 @@
 // Parser for chat templates (jinja_parser.h): the statements - text, {{ output }}, if/elif/else,
 // for/else, set and set blocks, macro, break/continue, generation - and Parse itself. The
 // expressions are jinja_parser_expr.cc's.
-#include "data/chat_template/jinja_parser.h"
+#include "data/chat_template/jinja/syntax/jinja_parser.h"
 
 #include <utility>
 
-#include "data/chat_template/jinja_lexer.h"
-#include "data/chat_template/jinja_parser_impl.h"
+#include "data/chat_template/jinja/syntax/jinja_lexer.h"
+#include "data/chat_template/jinja/syntax/jinja_parser_impl.h"
 
 namespace strata::data::jinja {
 namespace internal {

@@ -1,13 +1,13 @@
 // Renders a chat template (jinja_interpreter.h): name lookup through the scopes, the globals
 // (range, namespace, dict, raise_exception, strftime_now) and the statements - output, if, for
 // with its loop variable, set, macros, break/continue. Expressions are jinja_interpreter_expr.cc's.
-#include "data/chat_template/jinja_interpreter.h"
+#include "data/chat_template/jinja/eval/jinja_interpreter.h"
 
 #include <ctime>
 #include <unordered_map>
 
-#include "data/chat_template/jinja_builtins.h"
-#include "data/chat_template/jinja_interpreter_impl.h"
+#include "data/chat_template/jinja/eval/jinja_builtins.h"
+#include "data/chat_template/jinja/eval/jinja_interpreter_impl.h"
 
 namespace strata::data::jinja {
 namespace internal {

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "data/chat_template/jinja_parser_impl.h"
+#include "data/chat_template/jinja/syntax/jinja_parser_impl.h"
 
 namespace strata::data::jinja::internal {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "data/chat_template/jinja_builtins.h"
-#include "data/chat_template/jinja_text.h"
+#include "data/chat_template/jinja/eval/jinja_builtins.h"
+#include "data/chat_template/jinja/eval/jinja_text.h"
 
 namespace strata::data::jinja {
 

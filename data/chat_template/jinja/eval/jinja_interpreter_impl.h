@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/chat_template/jinja_ast.h"
-#include "data/chat_template/jinja_value.h"
+#include "data/chat_template/jinja/syntax/jinja_ast.h"
+#include "data/chat_template/jinja/value/jinja_value.h"
 
 namespace strata::data::jinja::internal {
 

@@ -1,4 +1,4 @@
-#include "data/chat_template/jinja_lexer.h"
+#include "data/chat_template/jinja/syntax/jinja_lexer.h"
 
 #include <cctype>
 #include <cstdlib>

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "data/chat_template/jinja_ast.h"
+#include "data/chat_template/jinja/syntax/jinja_ast.h"
 
 namespace strata::data::jinja {
 

@@ -1,4 +1,4 @@
-#include "data/chat_template/jinja_value.h"
+#include "data/chat_template/jinja/value/jinja_value.h"
 
 #include <algorithm>
 #include <charconv>

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/chat_template/jinja_ast.h"
-#include "data/chat_template/jinja_lexer.h"
+#include "data/chat_template/jinja/syntax/jinja_ast.h"
+#include "data/chat_template/jinja/syntax/jinja_lexer.h"
 
 namespace strata::data::jinja::internal {
 

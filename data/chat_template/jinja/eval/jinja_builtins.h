@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/chat_template/jinja_value.h"
+#include "data/chat_template/jinja/value/jinja_value.h"
 
 namespace strata::data::jinja {
 

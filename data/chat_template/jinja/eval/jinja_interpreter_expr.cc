@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "data/chat_template/jinja_builtins.h"
-#include "data/chat_template/jinja_interpreter_impl.h"
+#include "data/chat_template/jinja/eval/jinja_builtins.h"
+#include "data/chat_template/jinja/eval/jinja_interpreter_impl.h"
 
 namespace strata::data::jinja::internal {
 
