@@ -332,7 +332,13 @@ TEST(DeferredUpdatesCopyBuffersTest, TheStepUpdatesWhatLandsWhileItWaitsForTheLa
   ASSERT_GE(sub_groups, 8);
   std::printf("%lld sub-group updates deferred in 3 steps of %lld sub-groups\n",
               static_cast<long long>(deferred), static_cast<long long>(sub_groups));
-  EXPECT_LE(deferred, 3) << "each step leaves at most the sub-group whose gradients land last";
+  // Alone, each step leaves at most the sub-group whose gradients land last (0-1 deferred in 3
+  // steps here). Beside another test (ctest -j2) the worker finishes fewer updates before the
+  // last gradients land: 5 were seen once, after the embedding's gradient went down as its rows
+  // (Note [Rows to the region]): 16 KB at most against 128 KB, ~6 ms sooner on this 0.02 GB/s
+  // link. Before the copy buffers went back during the wait, each step left all but about two
+  // (some 80 here).
+  EXPECT_LE(deferred, 3 * 4) << "each step leaves at most a few sub-groups, not all but two";
   EXPECT_EQ(serial_deferred, 0);
   EXPECT_TRUE(testing::SameBits(serial, overlapped)) << "masters differ from the serial step";
 }
