@@ -153,7 +153,7 @@ bool GradReducer::TakesRows(size_t param) const {
   if (sl.flat_offset < o_.host_begin) return false;
   if (o_.host_partition != nullptr) {  // Note [Rows to host]: the stale pass's first write
     if (!host_stale_ || host_written_[param] != 0) return false;
-  } else if (!target_first_pass_ || target_written_.empty() || target_written_[param] != 0) {
+  } else if (!target_first_pass_ || host_written_.empty() || host_written_[param] != 0) {
     // Note [Rows to the region]: the step's first pass, the parameter not sent yet
     return false;
   }
@@ -288,7 +288,7 @@ Status GradReducer::CopyRowsToHost(const Stream& s, const float* slot, const Sha
 // too: without them its whole slot crossed the link at the end of every backward, the step's
 // last D2H before the first sub-group's update (16.8 MB, 5.6 ms in bench/overlap's io size, for
 // the 16 rows a batch touched). Only in the step's first pass and before anything else wrote the
-// parameter's elements there (target_first_pass_, target_written_): they are +0.0 in the region
+// parameter's elements there (target_first_pass_, host_written_): they are +0.0 in the region
 // then, as a whole slot's untouched rows would make them (the first pass adds into zeros, and
 // +0.0 + +0.0 is +0.0), so leaving them untouched keeps every bit. The rows' runs, last first
 // (the region fills its chunks from the top down: Note [Copy into a fresh chunk] in
@@ -299,18 +299,42 @@ Status GradReducer::CopyRowsToHost(const Stream& s, const float* slot, const Sha
 Status GradReducer::AddRowsToTarget(const Stream& s, const float* slot, const ShardSlice& sl,
                                     const std::vector<int32_t>& rows, size_t row_numel) {
   const std::vector<nn::RowRun> runs = nn::RowRuns(rows);
-  std::vector<std::pair<size_t, size_t>> zeros;  // flat begin, elements: the rows between runs
+  std::vector<std::pair<size_t, size_t>> zeros;   // flat begin, elements: the rows between runs
+  std::vector<std::pair<size_t, size_t>> ranges;  // the runs' elements in the slot, [lo, hi)
   size_t below = sl.numel;
   for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
+    const size_t lo = static_cast<size_t>(it->first) * row_numel;
     const size_t hi = static_cast<size_t>(it->first + it->count) * row_numel;
     if (hi < below) zeros.emplace_back(sl.flat_offset + hi, below - hi);
-    below = static_cast<size_t>(it->first) * row_numel;
+    ranges.emplace_back(lo, hi);
+    below = lo;
   }
   if (below > 0) zeros.emplace_back(sl.flat_offset, below);
   STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([target = target_, zeros = std::move(zeros)] {
     for (const auto& [flat, n] : zeros) STRATA_RETURN_IF_ERROR(target->AddZeros(flat, n));
     return Status::Ok();
   }));
+  return StageAndAdd(s, slot, sl.flat_offset, ranges);
+}
+
+void GradReducer::ZeroUnwritten() {
+  const std::vector<ShardSlice>& slices = o_.layout->slices();
+  for (size_t p = 0; p < slices.size(); ++p) {
+    const ShardSlice& sl = slices[p];
+    if (host_written_[p] != 0) continue;
+    const size_t lo = std::max(sl.flat_offset, o_.host_begin);
+    const size_t hi = sl.flat_offset + sl.shard_numel;
+    if (lo < hi)
+      std::memset(o_.host_partition + (lo - o_.host_begin), 0, (hi - lo) * sizeof(float));
+  }
+}
+
+// Note [Reducing into host memory]. The ranges' elements are staged last first: the host target
+// fills from its end down (Note [Write-behind] in engine/nvme/grad_region.cc); the pieces are
+// disjoint, so their order changes no value. Pieces share a staging buffer while it has room (the
+// rows of an embedding: Note [Rows to the region]), and one host function adds a buffer's pieces.
+Status GradReducer::StageAndAdd(const Stream& s, const float* src, size_t flat_base,
+                                std::span<const std::pair<size_t, size_t>> ranges_last_first) {
   struct Piece {
     size_t flat = 0, at = 0, n = 0;  // flat element, offset in the staging buffer, elements
   };
@@ -327,8 +351,9 @@ Status GradReducer::AddRowsToTarget(const Stream& s, const float* slot, const Sh
           Tracer* t = CurrentTracer();
           if (t != nullptr) t->NameThisThreadIfUnnamed("stream grad add");
           TraceSpan span(t, "host grad add", "copy");
-          for (const Piece& p : pieces)
+          for (const Piece& p : pieces) {
             STRATA_RETURN_IF_ERROR(target->Add(p.flat, stage + p.at, p.n));
+          }
           return Status::Ok();
         }));
     STRATA_RETURN_IF_ERROR(added_[k].Record(add_stream_));
@@ -337,10 +362,9 @@ Status GradReducer::AddRowsToTarget(const Stream& s, const float* slot, const Sh
     used = 0;
     return Status::Ok();
   };
-  for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
-    const size_t lo = static_cast<size_t>(it->first) * row_numel;
-    for (size_t hi = static_cast<size_t>(it->first + it->count) * row_numel; hi > lo;) {
-      if (pieces.empty() && used == 0) {  // a staging buffer for the next pieces
+  for (const auto& [lo, top] : ranges_last_first) {
+    for (size_t hi = top; hi > lo;) {
+      if (pieces.empty()) {  // a staging buffer for the next pieces
         k = next_staging_;
         next_staging_ = (next_staging_ + 1) % staging_.size();
         STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // its previous pieces are added
@@ -349,59 +373,15 @@ Status GradReducer::AddRowsToTarget(const Stream& s, const float* slot, const Sh
       }
       const size_t n = std::min(hi - lo, staging_numel_ - used);
       float* stage = static_cast<float*>(staging_[k].data()) + used;
-      STRATA_RETURN_IF_ERROR(TracedGradientCopy(s, stage, slot + (hi - n), n * sizeof(float)));
+      STRATA_RETURN_IF_ERROR(TracedGradientCopy(s, stage, src + (hi - n), n * sizeof(float)));
       copy_bytes_ += n * sizeof(float);
-      pieces.push_back({sl.flat_offset + hi - n, used, n});
+      pieces.push_back({flat_base + hi - n, used, n});
       used += n;
       hi -= n;
       if (used == staging_numel_) STRATA_RETURN_IF_ERROR(add_staged());
     }
   }
   if (!pieces.empty()) STRATA_RETURN_IF_ERROR(add_staged());
-  return Status::Ok();
-}
-
-void GradReducer::ZeroUnwritten() {
-  const std::vector<ShardSlice>& slices = o_.layout->slices();
-  for (size_t p = 0; p < slices.size(); ++p) {
-    const ShardSlice& sl = slices[p];
-    if (host_written_[p] != 0) continue;
-    const size_t lo = std::max(sl.flat_offset, o_.host_begin);
-    const size_t hi = sl.flat_offset + sl.shard_numel;
-    if (lo < hi)
-      std::memset(o_.host_partition + (lo - o_.host_begin), 0, (hi - lo) * sizeof(float));
-  }
-}
-
-Status GradReducer::AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo,
-                              size_t hi) {
-  // Last piece first: the host target fills from its end down (Note [Write-behind] in
-  // engine/nvme/grad_region.cc); the pieces are disjoint, so their order changes no value.
-  const size_t pieces = hi > lo ? (hi - lo + staging_numel_ - 1) / staging_numel_ : 0;
-  for (size_t piece = pieces; piece-- > 0;) {
-    const size_t off = lo + piece * staging_numel_;
-    const size_t n = std::min(staging_numel_, hi - off);
-    const size_t k = next_staging_;
-    next_staging_ = (next_staging_ + 1) % staging_.size();
-    float* stage = static_cast<float*>(staging_[k].data());
-    const size_t flat = sl.flat_offset + off;
-    STRATA_RETURN_IF_ERROR(s.Wait(added_[k]));  // the buffer's previous chunk is added
-    STRATA_ASSIGN_OR_RETURN(CopyTiming * timing, NextCopyTiming());
-    if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->first.Record(s));
-    STRATA_RETURN_IF_ERROR(TracedGradientCopy(s, stage, shard + off, n * sizeof(float)));
-    if (timing != nullptr) STRATA_RETURN_IF_ERROR(timing->second.Record(s));
-    STRATA_RETURN_IF_ERROR(copied_[k].Record(s));
-    copy_bytes_ += n * sizeof(float);
-    STRATA_RETURN_IF_ERROR(add_stream_.Wait(copied_[k]));
-    STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc([target = target_, flat, stage, n] {
-      Tracer* t = CurrentTracer();
-      if (t != nullptr) t->NameThisThreadIfUnnamed("stream grad add");
-      TraceSpan span(t, "host grad add", "copy");
-      return target->Add(flat, stage, n);
-    }));
-    STRATA_RETURN_IF_ERROR(added_[k].Record(add_stream_));
-    add_pending_ = true;
-  }
   return Status::Ok();
 }
 
@@ -428,7 +408,7 @@ Status GradReducer::ReduceBucket() {
       ++reduced_;
       continue;
     }
-    if (!target_written_.empty()) target_written_[param] = 1;
+    if (target_first_pass_) host_written_[param] = 1;  // Note [Rows to the region]: sent now
     if (!q.rows.empty()) {  // Note [Rows to the region]: one rank, the step's first pass
       STRATA_RETURN_IF_ERROR(AddRowsToTarget(s, slot, sl, q.rows, q.row_numel));
       if (o_.slot_done) STRATA_RETURN_IF_ERROR(o_.slot_done(s, param, slot));
@@ -459,7 +439,8 @@ Status GradReducer::ReduceBucket() {
         STRATA_RETURN_IF_ERROR(CopyToHost(s, shard, sl, dev_end, sl.shard_numel));
         host_written_[param] = 1;
       } else {
-        STRATA_RETURN_IF_ERROR(AddToHost(s, shard, sl, dev_end, sl.shard_numel));
+        const std::pair<size_t, size_t> range(dev_end, sl.shard_numel);
+        STRATA_RETURN_IF_ERROR(StageAndAdd(s, shard, sl.flat_offset, {&range, 1}));
         added = true;
         if (host_stale_) {  // the pass's later copies (and the listener's event) follow this add
           STRATA_RETURN_IF_ERROR(add_to_reduce_.Record(add_stream_));
@@ -507,7 +488,7 @@ Status GradReducer::BeginPass(bool first, bool last) {
   // A flat array's passes are no-ops: nothing enqueued, so its streams run as they always did.
   if (target_ == nullptr || target_->array() != nullptr) return Status::Ok();
   target_first_pass_ = first;  // Note [Rows to the region]
-  if (first) target_written_.assign(o_.layout->slices().size(), 0);
+  if (first) host_written_.assign(o_.layout->slices().size(), 0);
   STRATA_RETURN_IF_ERROR(add_stream_.LaunchHostFunc(
       [target = target_, first, last] { return target->BeginPass(first, last); }));
   pass_open_ = true;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -140,9 +141,10 @@ class GradReducer {
   explicit GradReducer(const GradReducerOptions& o) : o_(o) {}
   Status ReduceBucket();
   Status InitHostTarget();
-  // shard[lo, hi) of parameter slice `sl` (flat [flat_offset + lo, ...)) into host_partition,
-  // through the staging ring; `s` ran the reduce.
-  Status AddToHost(const Stream& s, const float* shard, const ShardSlice& sl, size_t lo, size_t hi);
+  // src[lo, hi) of each range (flat element flat_base + i for src[i]), the ranges given last
+  // first, added into the host target through the staging ring; `s` ran the reduce.
+  Status StageAndAdd(const Stream& s, const float* src, size_t flat_base,
+                     std::span<const std::pair<size_t, size_t>> ranges_last_first);
   // Only `rows` of the slot copied into host_partition on `s`, the rows written last time
   // zeroed first (Note [Rows to host]).
   Status CopyRowsToHost(const Stream& s, const float* slot, const ShardSlice& sl, size_t param,
@@ -184,10 +186,9 @@ class GradReducer {
   GradTarget* target_ = nullptr;  // o_.host_target, or own_target_ over host_partition
   std::unique_ptr<HostArrayGradTarget> own_target_;
   bool pass_open_ = false;  // BeginPass enqueued, EndPass not yet
-  // Note [Rows to the region]: the pass begun last is the step's first, and per parameter,
-  // whether the step has sent it to the target yet (empty until a first pass).
+  // Note [Rows to the region]: the pass begun last is the step's first (host_written_ then says
+  // which parameters it has sent to the target).
   bool target_first_pass_ = false;
-  std::vector<char> target_written_;
   size_t staging_numel_ = 0;
   std::unique_ptr<PinnedPool> staging_pool_;
   std::vector<PinnedBuffer> staging_;
@@ -196,9 +197,10 @@ class GradReducer {
   Event add_done_;                     // the add stream's last work (Flush)
   size_t next_staging_ = 0;
   bool add_pending_ = false;
-  bool host_stale_ = false;         // MarkHostStale until Flush
-  std::vector<char> host_written_;  // per parameter: written in the stale pass
-  Event add_to_reduce_;             // a stale pass's second add, before the reduce stream goes on
+  bool host_stale_ = false;  // MarkHostStale until Flush
+  // Per parameter: written in the stale pass, or (a target) sent in the step's first pass.
+  std::vector<char> host_written_;
+  Event add_to_reduce_;  // a stale pass's second add, before the reduce stream goes on
   // Timing events around each D2H (reused every step), and the bytes copied since TakeCopyStats.
   std::vector<std::pair<Event, Event>> copy_events_;
   size_t copy_events_used_ = 0;
