@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/log.h"
@@ -128,6 +129,24 @@ SwapSpace::~SwapSpace() {
   }
 }
 
+// Note [Grow by what is needed]
+// A file grows by what the reserve needs (grow_bytes 0, the default), not by a slack of its own:
+// the swap files of every kind and every rank on a node share one filesystem, and a slack one
+// file holds is space the others cannot have. With 256 MiB of slack a file, two ranks' six files
+// refused a 7.4 MiB-a-rank job on an ext4 disk with 580 MB free. And a fallocate that fails with
+// ENOSPC is not undone by ext4: the blocks it got stay allocated (and the file's size grows to
+// them), so the disk is left full for the next file. Grow therefore cuts the file back to what it
+// held before whenever the fallocate fails.
+int SwapSpace::Grow(FileState& f, uint64_t want) {
+  const int rc = ::posix_fallocate(f.lock_fd, static_cast<off_t>(f.allocated),
+                                   static_cast<off_t>(want - f.allocated));
+  if (rc != 0 && ::ftruncate(f.lock_fd, static_cast<off_t>(f.allocated)) != 0) {
+    LogWarning("swap: cutting a file back after a failed fallocate: " +
+               std::string(std::strerror(errno)));
+  }
+  return rc;
+}
+
 Result<uint64_t> SwapSpace::Allocate(int file, uint64_t size) {
   FileState& f = files_[static_cast<size_t>(file)];
   for (auto it = f.free.begin(); it != f.free.end(); ++it) {
@@ -143,14 +162,12 @@ Result<uint64_t> SwapSpace::Allocate(int file, uint64_t size) {
   }
   uint64_t off = f.end;
   if (off + size > f.allocated) {
+    // Note [Grow by what is needed].
     uint64_t want = std::max<uint64_t>(off + size, f.allocated + options_.grow_bytes);
-    int rc = ::posix_fallocate(f.lock_fd, static_cast<off_t>(f.allocated),
-                               static_cast<off_t>(want - f.allocated));
+    int rc = Grow(f, want);
     if (rc != 0 && want > off + size) {
-      // Retry with just what is needed before giving up.
       want = off + size;
-      rc = ::posix_fallocate(f.lock_fd, static_cast<off_t>(f.allocated),
-                             static_cast<off_t>(want - f.allocated));
+      rc = Grow(f, want);
     }
     if (rc != 0) {
       return ErrnoToStatus(

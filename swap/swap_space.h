@@ -43,8 +43,9 @@ struct SwapSpaceOptions {
   bool checksums = true;  // strata.swap_checksums
   size_t checksum_block_bytes = size_t{1} << 20;
   size_t stripe_min_bytes = size_t{4} << 20;
-  // Bytes by which a file grows when it needs space (fallocate granularity).
-  size_t grow_bytes = size_t{256} << 20;
+  // Bytes by which a file grows at least when it needs space; 0: exactly what a reserve needs
+  // (Note [Grow by what is needed] in swap_space.cc).
+  size_t grow_bytes = 0;
   // Optional: reserved bytes are charged to Tier::kNvme (OutOfMemory past its limit).
   TierBudget* budget = nullptr;
 };
@@ -166,6 +167,8 @@ class SwapSpace {
   SwapSpace(const SwapSpaceOptions& options, AioHandle* aio) : options_(options), aio_(aio) {}
   Status OpenFiles();
   Result<uint64_t> Allocate(int file, uint64_t size);
+  // fallocate's result growing `f` to `want` bytes; on failure `f` is cut back to what it held.
+  static int Grow(FileState& f, uint64_t want);
   static void Release(FileState& f, uint64_t offset, uint64_t size);
   Status VerifyRead(SwapId id, const uint8_t* buf) const;
   // The write path after the checksums are known (`check_count`: they are the caller's).

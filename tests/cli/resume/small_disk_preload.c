@@ -2,8 +2,10 @@
  * LD_PRELOAD'ed into a child process, it makes the directory tree STRATA_TEST_SMALL_DISK behave
  * as a filesystem of STRATA_TEST_SMALL_DISK_BYTES bytes. Usage is the apparent size of the
  * regular files under it (walked on each call); a write(2)/pwrite(2) into a file there that would
- * grow the total past the limit fails with ENOSPC, writing nothing, and statvfs(3) of a path
- * there reports the limit and what is left of it. Everything else is the real call. */
+ * grow the total past the limit fails with ENOSPC, writing nothing; a posix_fallocate(3) that
+ * would fails with ENOSPC after growing the file up to the limit, as ext4 leaves the blocks a
+ * failed fallocate got; and statvfs(3) of a path there reports the limit and what is left of it.
+ * Everything else is the real call. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -83,6 +85,28 @@ ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
 }
 
 ssize_t pwrite64(int fd, const void* buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
+
+int posix_fallocate(int fd, off_t off, off_t len) {
+  static int (*real)(int, off_t, off_t);
+  if (real == NULL) real = (int (*)(int, off_t, off_t))dlsym(RTLD_NEXT, "posix_fallocate");
+  if (len <= 0 || !Full(fd, (size_t)len, off)) return real(fd, off, len);
+  /* What fits is allocated, the rest is not: the file grows to the limit. */
+  struct stat st;
+  uint64_t limit = 0;
+  char link[64], path[PATH_MAX];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, path, sizeof(path) - 1);
+  if (n > 0 && fstat(fd, &st) == 0) {
+    path[n] = '\0';
+    const uint64_t used = Usage();
+    if (Under(path, &limit) && used < limit) {
+      real(fd, st.st_size, (off_t)(limit - used));
+    }
+  }
+  return ENOSPC;
+}
+
+int posix_fallocate64(int fd, off_t off, off_t len) { return posix_fallocate(fd, off, len); }
 
 int statvfs(const char* path, struct statvfs* out) {
   static int (*real)(const char*, struct statvfs*);

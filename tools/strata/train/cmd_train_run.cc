@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/units.h"
 #include "engine/comm/launch/launch_env.h"
 #include "engine/comm/registry.h"
 #include "engine/config/auto_sizes.h"
@@ -22,14 +23,15 @@ namespace strata::cli::internal {
 namespace {
 
 Status OpenTokenData(const Options& o, Run* r);
-Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code);
+Status SetupEngine(const Options& o, Run* r, const LaunchEnv& env, int* exit_code);
 
 // Disk space the run needs before it starts: one checkpoint in --save's directory (the ranks'
 // shards together; every rank checks it, so that all refuse together rather than some waiting
-// in the engine's first collective for one that refused), this rank's plan of swap bytes in the
-// nvme_path directories (spread evenly over them, as the swap space stripes), less what swap
-// files of a killed run already hold.
-std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r) {
+// in the engine's first collective for one that refused), and the swap bytes in the nvme_path
+// directories (spread evenly over them, as the swap space stripes) of every rank on this node,
+// whose swap files share those directories (each plans as much as this one: the partitions are
+// even), less what swap files of a killed run's ranks on this node already hold.
+std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r, const LaunchEnv& env) {
   std::vector<SpaceNeed> needs;
   if (!o.ckpt.save.empty()) {
     needs.push_back({o.ckpt.save,
@@ -47,9 +49,16 @@ std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r) {
       if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
     }
   }
+  const int local = std::max(1, env.local_world_size);
+  const int first_local = r.rank - env.local_rank;
   for (const std::string& d : dirs) {
-    needs.push_back({d, r.plan.bytes(PlanTier::kNvme) / dirs.size(), "nvme_path",
-                     ExistingSwapBytes(d, r.rank)});
+    const uint64_t per_rank = r.plan.bytes(PlanTier::kNvme) / dirs.size();
+    uint64_t reusable = 0;
+    for (int k = 0; k < local; ++k) reusable += ExistingSwapBytes(d, first_local + k);
+    needs.push_back({d, per_rank * static_cast<uint64_t>(local), "nvme_path", reusable,
+                     local > 1 ? FormatBytes(per_rank) + " for each of the " +
+                                     std::to_string(local) + " ranks on this node"
+                               : ""});
   }
   return needs;
 }
@@ -85,7 +94,7 @@ Status Setup(const Options& o, Run* r, int* exit_code) {
   } else {
     STRATA_RETURN_IF_ERROR(OpenTokenData(o, r));
   }
-  return SetupEngine(o, r, env.launched(), exit_code);
+  return SetupEngine(o, r, env, exit_code);
 }
 
 namespace {
@@ -108,7 +117,7 @@ Status OpenTokenData(const Options& o, Run* r) {
   return Status::Ok();
 }
 
-Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
+Status SetupEngine(const Options& o, Run* r, const LaunchEnv& env, int* exit_code) {
   const Config& c = r->config;
   *exit_code = 1;
   DeviceOptions dev;
@@ -124,7 +133,7 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
   co.device_kind = dev.kind;
   co.backend = c.strata.comm_backend;
   co.timeout_s = c.strata.comm_timeout_s;
-  co.log_choice = launched;
+  co.log_choice = env.launched();
   STRATA_ASSIGN_OR_RETURN(r->comm, CreateCommunicator(co));
   r->rank = r->comm->rank();
   r->world = r->comm->world_size();
@@ -179,7 +188,7 @@ Status SetupEngine(const Options& o, Run* r, bool launched, int* exit_code) {
     if (cpu > 0) r->budget.SetLimit(Tier::kCpu, cpu > pageable ? cpu - pageable : 1);
   }
   STRATA_RETURN_IF_ERROR(CheckTrainRunFits(r->plan, *r->device, r->budget));
-  STRATA_RETURN_IF_ERROR(CheckDiskSpace(DiskNeeds(o, *r)));
+  STRATA_RETURN_IF_ERROR(CheckDiskSpace(DiskNeeds(o, *r, env)));
   STRATA_ASSIGN_OR_RETURN(r->engine,
                           Engine::Initialize(*r->model, r->config, *r->comm, *r->device, init));
   return Status::Ok();

@@ -53,7 +53,7 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
   struct Fs {
     uint64_t need = 0, reusable = 0;
     std::string dirs;
-    std::string first, first_what;
+    std::string first, first_what, detail;
     int count = 0;
   };
   std::map<dev_t, Fs> by_fs;
@@ -64,8 +64,10 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
     Fs& f = by_fs[st.st_dev];
     f.need += n.bytes;
     f.reusable += n.reusable_bytes;
-    f.dirs +=
-        (f.dirs.empty() ? "" : " and ") + n.what + " " + n.dir + " (" + FormatBytes(n.bytes) + ")";
+    const std::string detail = n.detail.empty() ? "" : ": " + n.detail;
+    f.dirs += (f.dirs.empty() ? "" : " and ") + n.what + " " + n.dir + " (" + FormatBytes(n.bytes) +
+              detail + ")";
+    f.detail = n.detail.empty() ? "" : " (" + n.detail + ")";
     if (f.count++ == 0) {
       f.first = n.dir;
       f.first_what = n.what;
@@ -77,7 +79,7 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
     const uint64_t have = free == UINT64_MAX ? free : free + f.reusable;
     if (have >= f.need) continue;
     const std::string needs_text =
-        f.count == 1 ? f.first_what + " " + f.first + " needs " + FormatBytes(f.need)
+        f.count == 1 ? f.first_what + " " + f.first + " needs " + FormatBytes(f.need) + f.detail
                      : f.dirs + " need " + FormatBytes(f.need) + " together";
     errors += (errors.empty() ? "" : "; ") + std::string("not enough disk space: ") + needs_text +
               "; the filesystem has " + FormatBytes(have) + " free: " + FormatBytes(f.need - have) +

@@ -19,6 +19,8 @@ struct SpaceNeed {
   std::string what;  // "--save" or "nvme_path", for the message
   // Bytes already held there that the run will reuse (swap files a killed run left).
   uint64_t reusable_bytes = 0;
+  // How `bytes` is made up, for the message ("7.38 MiB for each of the 2 ranks on this node").
+  std::string detail;
 };
 
 // Bytes one checkpoint of a model with `num_params` parameters takes (every rank's shard: fp32
