@@ -18,10 +18,9 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::kMiB;
 using testing::SmallDisk;
 namespace fs = std::filesystem;
-
-constexpr uint64_t kMiB = 1 << 20;
 
 class DiskFullMpiTest : public ::testing::TestWithParam<bool> {};
 
@@ -34,7 +33,7 @@ TEST_P(DiskFullMpiTest, TheRanksOfANodeAreCheckedTogetherForTheirSwap) {
   testing::ScratchDir dir;
   // tiny's swap at world 2 is about 7.4 MiB a rank: room for one rank, not for two.
   SmallDisk small(GetParam(), dir.File("small"), 11 * kMiB);
-  if (!small.ready()) GTEST_SKIP() << "cannot mount a tmpfs here (" << small.error() << ")";
+  READY_OR_SKIP(small);
   const std::string swap = small.dir() + "/swap";
   const std::string cfg = testing::WriteNvmeConfig(dir.File("c.json"), swap);
   testing::ChildProcess p(Launch(cfg), dir.File("1.out"), dir.File("1.err"), small.env());
@@ -58,9 +57,7 @@ TEST_P(DiskFullMpiTest, TheRanksOfANodeAreCheckedTogetherForTheirSwap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallDisks, DiskFullMpiTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "tmpfs" : "fault_injected";
-                         });
+                         testing::SmallDiskKind);
 
 }  // namespace
 }  // namespace strata

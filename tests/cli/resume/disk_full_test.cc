@@ -24,10 +24,9 @@ namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::kMiB;
 using testing::SmallDisk;
 namespace fs = std::filesystem;
-
-constexpr uint64_t kMiB = 1 << 20;
 
 class DiskFullTest : public ::testing::TestWithParam<bool> {};
 
@@ -37,12 +36,6 @@ std::vector<std::string> Command(const std::string& cfg, const std::string& save
                         std::to_string(steps) + " --save " + save +
                         " --save-interval 2 --load auto");
 }
-
-#define READY_OR_SKIP(disk)                                                            \
-  if (!(disk).ready()) {                                                               \
-    GTEST_SKIP() << "cannot mount a tmpfs here (" << (disk).error()                    \
-                 << "): needs CAP_SYS_ADMIN; the fault_injected variant runs instead"; \
-  }
 
 TEST_P(DiskFullTest, TooSmallSaveDirectoryIsRefusedAtStartSayingWhatIsMissing) {
   testing::ScratchDir dir;
@@ -141,9 +134,7 @@ TEST_P(DiskFullTest, SwapOnADiskWithRoomForTheRunButNoSlackTrains) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallDisks, DiskFullTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "tmpfs" : "fault_injected";
-                         });
+                         testing::SmallDiskKind);
 
 }  // namespace
 }  // namespace strata

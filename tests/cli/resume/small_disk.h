@@ -2,6 +2,7 @@
 // CAP_SYS_ADMIN) or a directory small_disk_preload.so makes behave as one.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 
 #include <cerrno>
@@ -65,4 +66,18 @@ class SmallDisk {
   std::string error_;
 };
 
+constexpr uint64_t kMiB = 1 << 20;
+
+// The test parameter's name: which kind of small disk (true: a tmpfs).
+inline std::string SmallDiskKind(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "tmpfs" : "fault_injected";
+}
+
 }  // namespace strata::testing
+
+// Skips a tmpfs variant where mount(2) is not allowed; the fault-injected one still runs.
+#define READY_OR_SKIP(disk)                                                            \
+  if (!(disk).ready()) {                                                               \
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << (disk).error()                    \
+                 << "): needs CAP_SYS_ADMIN; the fault_injected variant runs instead"; \
+  }
