@@ -107,7 +107,9 @@ struct AioSpeed {
   std::string engine;  // AioHandle::Describe()
 };
 
-// Reads every regular file under `dir` (recursively) in `request_bytes` requests through an
+// Reads every regular file under `dir` (recursively), its written extents only (not the space a
+// fallocate reserved and nothing wrote: Note [Only the written extents]), in `request_bytes`
+// requests through an
 // AioHandle with `options`, then writes a scratch file of min(read bytes, max_write_bytes) in the
 // same directory with the same requests twice and times the second pass (an overwrite, as the
 // swap's writes are: Note [Overwrite sweep]), and removes it. NotFound when `dir` has no files.

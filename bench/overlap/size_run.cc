@@ -329,6 +329,8 @@ Result<json> RunSize(const SizeOptions& o) {
   j["bound_parts"]["aio_read_gbps"] = rd;
   j["bound_parts"]["aio_write_gbps"] = wr;
   j["bound_parts"]["aio"] = speed.engine;
+  // Note [Only the written extents] in bound_parts.cc: the sweep reads what the swap wrote.
+  j["bound_parts"]["aio_sweep_read_bytes"] = speed.read_bytes;
   // Not part of the bound: the same sweep with the step's compute running beside it.
   const double rd_l = Median(rd_loaded), wr_l = Median(wr_loaded);
   j["aio_beside_compute"] = {
