@@ -200,6 +200,41 @@ double MeasureChecksumGbps() {
 
 namespace {
 
+// Note [Only the written extents]
+// A swap file holds reserved space no swap has written (fallocate's unwritten extents: a
+// reserve's rounding, a gradient chunk of zeros, and until b5bce6f each file's 256 MiB of
+// slack), and the filesystem answers reads there with zeros without touching the disk. Read
+// whole, the files timed read 5.2-5.7 GB/s with the slack against 3.4-3.7 without it on the
+// same disk (bench/overlap's io and nvme sizes, same session): the NVMe term was a third too
+// small. So the sweep reads the data extents only (SEEK_DATA / SEEK_HOLE, which on ext4 skip
+// unwritten extents), rounded out to whole requests. A filesystem without them reports the whole
+// file as data: read whole, as before.
+Result<std::vector<std::pair<uint64_t, uint64_t>>> WrittenExtents(const std::string& path,
+                                                                  uint64_t size,
+                                                                  uint64_t request_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return ErrnoToStatus(errno, "aio sweep: open " + path);
+  std::vector<std::pair<uint64_t, uint64_t>> out;  // [begin, end), in order, merged
+  off_t at = 0;
+  while (static_cast<uint64_t>(at) < size) {
+    const off_t data = ::lseek(fd, at, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: no data past `at`
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) hole = static_cast<off_t>(size);
+    const uint64_t b = static_cast<uint64_t>(data) / request_bytes * request_bytes;
+    const uint64_t e = std::min<uint64_t>(
+        size, (static_cast<uint64_t>(hole) + request_bytes - 1) / request_bytes * request_bytes);
+    if (!out.empty() && b <= out.back().second) {
+      out.back().second = std::max(out.back().second, e);
+    } else {
+      out.emplace_back(b, e);
+    }
+    at = hole;
+  }
+  ::close(fd);
+  return out;
+}
+
 // Note [A sustained sweep]
 // A write pass of a GiB or two measures the host's write cache as much as the disk: bench/scale's
 // 3.3B model wrote 66 GB per step, and a 2 GiB overwrite timed 7.1 GB/s where fio overwriting
@@ -229,46 +264,18 @@ Result<AioSpeed> MeasureAioSweepQuiet(const std::string& dir, const AioOptions& 
   out.engine = aio->Describe();
   out.files = static_cast<int>(files.size());
 
-  // Note [Only the written extents]
-  // A swap file holds reserved space no swap has written (fallocate's unwritten extents: a
-  // reserve's rounding, a gradient chunk of zeros, and until b5bce6f each file's 256 MiB of
-  // slack), and the filesystem answers reads there with zeros without touching the disk. Read
-  // whole, the files timed read 5.2-5.7 GB/s with the slack against 3.4-3.7 without it on the
-  // same disk (bench/overlap's io and nvme sizes, same session): the NVMe term was a third too
-  // small. So the sweep reads the data extents only (SEEK_DATA / SEEK_HOLE, which on ext4 skip
-  // unwritten extents), rounded out to whole requests.
-  std::vector<std::pair<uint64_t, uint64_t>> extents;  // per file, in order: [begin, end)
-  std::vector<size_t> first_extent;
+  // Note [Only the written extents]: found before the timed pass.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> extents;
   for (const auto& [path, size] : files) {
-    first_extent.push_back(extents.size());
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return ErrnoToStatus(errno, "aio sweep: open " + path);
-    off_t at = 0;
-    while (static_cast<uint64_t>(at) < size) {
-      const off_t data = ::lseek(fd, at, SEEK_DATA);
-      if (data < 0) break;  // ENXIO: no data past `at`
-      off_t hole = ::lseek(fd, data, SEEK_HOLE);
-      if (hole < 0) hole = static_cast<off_t>(size);
-      const uint64_t b = static_cast<uint64_t>(data) / request_bytes * request_bytes;
-      const uint64_t e = std::min<uint64_t>(
-          size, (static_cast<uint64_t>(hole) + request_bytes - 1) / request_bytes * request_bytes);
-      if (!extents.empty() && extents.size() > first_extent.back() && b <= extents.back().second) {
-        extents.back().second = std::max(extents.back().second, e);
-      } else {
-        extents.emplace_back(b, e);
-      }
-      at = hole;
-    }
-    ::close(fd);
+    STRATA_ASSIGN_OR_RETURN(auto e, WrittenExtents(path, size, request_bytes));
+    extents.push_back(std::move(e));
   }
-  first_extent.push_back(extents.size());
   const auto r0 = Clock::now();
   for (size_t f = 0; f < files.size(); ++f) {
     const std::string& path = files[f].first;
-    for (size_t x = first_extent[f]; x < first_extent[f + 1]; ++x) {
-      for (uint64_t off = extents[x].first; off < extents[x].second; off += request_bytes) {
-        const size_t n =
-            static_cast<size_t>(std::min<uint64_t>(request_bytes, extents[x].second - off));
+    for (const auto& [begin, end] : extents[f]) {
+      for (uint64_t off = begin; off < end; off += request_bytes) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(request_bytes, end - off));
         STRATA_ASSIGN_OR_RETURN(size_t got, aio->Pread(path, buf.data(), n, off));
         out.read_bytes += got;
       }

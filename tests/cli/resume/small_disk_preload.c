@@ -46,16 +46,21 @@ static uint64_t Usage(void) {
   return g_usage;
 }
 
-/* ENOSPC (returns 1) if writing n bytes at offset off (-1: the file position) of fd would pass
- * the limit. */
-static int Full(int fd, size_t n, off_t off) {
+/* The limit, and whether fd is a file under the small disk's directory. */
+static int FdUnder(int fd, uint64_t* limit) {
   char link[64], path[PATH_MAX];
   snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
   const ssize_t len = readlink(link, path, sizeof(path) - 1);
   if (len <= 0) return 0;
   path[len] = '\0';
+  return Under(path, limit);
+}
+
+/* ENOSPC (returns 1) if writing n bytes at offset off (-1: the file position) of fd would pass
+ * the limit. */
+static int Full(int fd, size_t n, off_t off) {
   uint64_t limit = 0;
-  if (!Under(path, &limit)) return 0;
+  if (!FdUnder(fd, &limit)) return 0;
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   if (off < 0) off = lseek(fd, 0, SEEK_CUR);
@@ -93,15 +98,9 @@ int posix_fallocate(int fd, off_t off, off_t len) {
   /* What fits is allocated, the rest is not: the file grows to the limit. */
   struct stat st;
   uint64_t limit = 0;
-  char link[64], path[PATH_MAX];
-  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-  const ssize_t n = readlink(link, path, sizeof(path) - 1);
-  if (n > 0 && fstat(fd, &st) == 0) {
-    path[n] = '\0';
+  if (FdUnder(fd, &limit) && fstat(fd, &st) == 0) {
     const uint64_t used = Usage();
-    if (Under(path, &limit) && used < limit) {
-      real(fd, st.st_size, (off_t)(limit - used));
-    }
+    if (used < limit) real(fd, st.st_size, (off_t)(limit - used));
   }
   return ENOSPC;
 }

@@ -53,9 +53,8 @@ std::vector<SpaceNeed> DiskNeeds(const Options& o, const Run& r, const LaunchEnv
   const int first_local = r.rank - env.local_rank;
   for (const std::string& d : dirs) {
     const uint64_t per_rank = r.plan.bytes(PlanTier::kNvme) / dirs.size();
-    uint64_t reusable = 0;
-    for (int k = 0; k < local; ++k) reusable += ExistingSwapBytes(d, first_local + k);
-    needs.push_back({d, per_rank * static_cast<uint64_t>(local), "nvme_path", reusable,
+    needs.push_back({d, per_rank * static_cast<uint64_t>(local), "nvme_path",
+                     ExistingSwapBytes(d, first_local, local),
                      local > 1 ? FormatBytes(per_rank) + " for each of the " +
                                      std::to_string(local) + " ranks on this node"
                                : ""});

@@ -30,13 +30,18 @@ fs::path Existing(const std::string& dir) {
 
 uint64_t CheckpointBytes(uint64_t num_params) { return 12 * num_params + (uint64_t{1} << 20); }
 
-uint64_t ExistingSwapBytes(const std::string& dir, int rank) {
+uint64_t ExistingSwapBytes(const std::string& dir, int first_rank, int ranks) {
   uint64_t total = 0;
   std::error_code ec;
-  const std::string suffix = "-rank" + std::to_string(rank) + ".swap";
+  const auto of_ranks = [&](const std::string& name) {
+    for (int r = first_rank; r < first_rank + ranks; ++r) {
+      if (name.ends_with("-rank" + std::to_string(r) + ".swap")) return true;
+    }
+    return false;
+  };
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!name.starts_with("strata-") || !name.ends_with(suffix)) continue;
+    if (!name.starts_with("strata-") || !of_ranks(name)) continue;
     struct stat st;
     if (::stat(e.path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
   }
@@ -53,7 +58,7 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
   struct Fs {
     uint64_t need = 0, reusable = 0;
     std::string dirs;
-    std::string first, first_what, detail;
+    std::string first, first_what, first_detail;
     int count = 0;
   };
   std::map<dev_t, Fs> by_fs;
@@ -67,10 +72,10 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
     const std::string detail = n.detail.empty() ? "" : ": " + n.detail;
     f.dirs += (f.dirs.empty() ? "" : " and ") + n.what + " " + n.dir + " (" + FormatBytes(n.bytes) +
               detail + ")";
-    f.detail = n.detail.empty() ? "" : " (" + n.detail + ")";
     if (f.count++ == 0) {
       f.first = n.dir;
       f.first_what = n.what;
+      f.first_detail = n.detail.empty() ? "" : " (" + n.detail + ")";
     }
   }
   std::string errors;
@@ -79,8 +84,9 @@ Status CheckDiskSpace(const std::vector<SpaceNeed>& needs) {
     const uint64_t have = free == UINT64_MAX ? free : free + f.reusable;
     if (have >= f.need) continue;
     const std::string needs_text =
-        f.count == 1 ? f.first_what + " " + f.first + " needs " + FormatBytes(f.need) + f.detail
-                     : f.dirs + " need " + FormatBytes(f.need) + " together";
+        f.count == 1
+            ? f.first_what + " " + f.first + " needs " + FormatBytes(f.need) + f.first_detail
+            : f.dirs + " need " + FormatBytes(f.need) + " together";
     errors += (errors.empty() ? "" : "; ") + std::string("not enough disk space: ") + needs_text +
               "; the filesystem has " + FormatBytes(have) + " free: " + FormatBytes(f.need - have) +
               " missing; free that much there or give a directory on a larger disk";

@@ -27,9 +27,9 @@ struct SpaceNeed {
 // master weights, Adam's two moments - 12 bytes a parameter - plus headers and the manifest).
 uint64_t CheckpointBytes(uint64_t num_params);
 
-// Bytes the swap files of `rank` named strata-*-rank<rank>.swap hold in `dir` (a killed run's,
-// reused by this one).
-uint64_t ExistingSwapBytes(const std::string& dir, int rank);
+// Bytes the swap files of ranks first_rank .. first_rank + ranks - 1, named
+// strata-*-rank<R>.swap, hold in `dir` (a killed run's, reused by this one).
+uint64_t ExistingSwapBytes(const std::string& dir, int first_rank, int ranks);
 
 // Needs on one filesystem add up. IoError (errno ENOSPC) naming each directory, what it needs,
 // what is free and what is missing, with what to do.
