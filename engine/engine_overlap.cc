@@ -54,6 +54,8 @@ Status Engine::PlaceStepOverlap() {
     im.defer_updates = true;
     im.store->set_fence(im.overlap.get());
     im.overlap->set_defer_leftovers(true);
+    // Note [The forward's states stay] (engine/nvme/optimizer_nvme_read_ahead.cc).
+    if (im.nvme_opt != nullptr) im.nvme_opt->set_keep_first(true);
   }
   return Status::Ok();
 }

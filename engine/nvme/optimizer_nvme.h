@@ -244,9 +244,14 @@ class NvmeOptimizerState {
   // The sub-groups of `wanted` (in the order they will be needed) the read-ahead keeps, in that
   // order: those whose states are in the buffers already, and the first of the others whose
   // states fit in the room those leave (Note [Resident states stay] in
-  // optimizer_nvme_read_ahead.cc). Empty until the buffers are made (the first ReadAhead or
-  // AcquireState).
+  // optimizer_nvme_read_ahead.cc). With keep_first where it applies, the first sub-groups (flat
+  // order) of `wanted`, then the first others that fit in the rest (Note [The forward's states
+  // stay]). Empty until the buffers are made (the first ReadAhead or AcquireState).
   std::vector<int> Window(std::span<const int> wanted) const;
+  // Note [The forward's states stay] (optimizer_nvme_read_ahead.cc): with `on` (the engine's
+  // deferred updates), where the buffers hold more than a quarter of the state but not all of it,
+  // Window always keeps the first sub-groups' states (flat order) and streams the others.
+  void set_keep_first(bool on) { keep_first_ = on; }
   // Whether sub-group i's state has a slot (a read in flight, a copy, or a write in flight). Any
   // thread may ask (the gradient region's adds do: Note [Gradients of resident states]); the
   // answer may be out of date by the time it is used.
@@ -299,6 +304,8 @@ class NvmeOptimizerState {
   void set_pipelining(bool read, bool write) { swapper_->set_pipelining(read, write); }
 
  private:
+  // Window under Note [The forward's states stay]; empty when it does not apply.
+  std::vector<int> FirstStatesWindow(std::span<const int> wanted) const;
   // Whether sub-group x is in v (a keep set or a window: a few sub-groups).
   static bool InSet(std::span<const int> v, int x) {
     return std::find(v.begin(), v.end(), x) != v.end();
@@ -430,6 +437,7 @@ class NvmeOptimizerState {
   uint64_t update_seq_ = 0;  // WriteBacks so far (Slot::updated)
   AsyncStats async_stats_;
   std::function<void()> drain_hook_;
+  bool keep_first_ = false;  // set_keep_first
 };
 
 }  // namespace strata

@@ -39,8 +39,57 @@ namespace strata {
 // saves more than the reserve would cost, and every resident state is kept first. The read-ahead
 // makes that room as I/O completes, every state's at once (Note [Rooms together], Note [Reads
 // while waiting] in step_overlap_worker.cc).
+// Note [The forward's states stay]
+// With deferred updates (engine/overlap/step_overlap_defer.cc) the next forward gathers its first
+// sub-groups as soon as the step returns, each after its update: a deferred update whose state is
+// not in the buffers is an eviction, a read and Adam on the forward's path, one after the other.
+// At bench/overlap's io size the forward (~40 ms of link alone) took 120-150 ms, waiting for two
+// such misses a step, while the disk sat idle through most of the backward. So where the buffers
+// hold more than a quarter of the state but not all of it, and the forward waits for deferred
+// updates (keep_first), the window always keeps the states of the first sub-groups in flat order
+// (the forward's first), as many as leave room for two of the largest states, and the other
+// states stream through that room in the order wanted (the backward's, last first), as far as it
+// holds them: a state read during the forward or the backward, updated, written and its room
+// read into again. More bytes move (the streamed states every step), but in the backward's idle
+// disk time rather than on the forward's path. Same session, default / this (`overlap --json
+// --rounds 2`, 32 MiB chunks x 8 buffers): io 0.254 / 0.196-0.213 s, balanced 0.280 / 0.215-0.232
+// s, nvme 0.241 / 0.215-0.233 s; with 64 MiB chunks x 4 the room holds two states only and the
+// gain is small (docs/infinity.md, tenth session).
+std::vector<int> NvmeOptimizerState::FirstStatesWindow(std::span<const int> wanted) const {
+  auto bytes_of = [&](size_t g) -> uint64_t {
+    const int idx = swap_index_[g];
+    return idx < 0 ? 0 : swapper_->state_bytes(idx);
+  };
+  uint64_t largest = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) largest = std::max(largest, bytes_of(g));
+  if (!keep_first_ || all_state_bytes_ <= region_bytes_ || all_state_bytes_ >= 4 * region_bytes_ ||
+      region_bytes_ <= 2 * largest) {
+    return {};
+  }
+  std::vector<char> first(groups_.size(), 0);
+  uint64_t used = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (used + bytes_of(g) > region_bytes_ - 2 * largest) break;
+    used += bytes_of(g);
+    first[g] = 1;
+  }
+  std::vector<int> out;
+  out.reserve(wanted.size());
+  for (const int w : wanted) {
+    if (first[static_cast<size_t>(w)] != 0) out.push_back(w);
+  }
+  for (const int w : wanted) {  // the others in the order wanted, none past one that does not fit
+    if (first[static_cast<size_t>(w)] != 0) continue;
+    if (used + bytes_of(static_cast<size_t>(w)) > region_bytes_) break;
+    used += bytes_of(static_cast<size_t>(w));
+    out.push_back(w);
+  }
+  return out;
+}
+
 std::vector<int> NvmeOptimizerState::Window(std::span<const int> wanted) const {
   if (slot_of_.empty()) return {};
+  if (std::vector<int> w = FirstStatesWindow(wanted); !w.empty()) return w;
   auto bytes_of = [&](int w) -> uint64_t {
     const int idx = swap_index_[static_cast<size_t>(w)];
     return idx < 0 ? 0 : swapper_->state_bytes(idx);

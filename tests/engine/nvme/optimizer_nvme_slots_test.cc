@@ -401,5 +401,58 @@ TEST_F(NvmeSlotsBySizeTest, OneReadAheadMakesTheRoomOfEveryStateItReadsAhead) {
   EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
 }
 
+// Note [The forward's states stay]: with keep_first (deferred updates) and the buffers holding
+// five of eight equal states, the first three sub-groups (the buffers less two states' room) stay
+// in the buffers through every step, and the other five stream through the two rooms left: each
+// read once and written once a step, in the order wanted. The order is the engine's cycle (a
+// forward's deferred updates of 0, 1, 2, then a backward's 7 down to 3), wanted across the step's
+// end as the overlapped step's worker wants it. Without keep_first, the same cycle reads the
+// first sub-groups again.
+TEST_F(NvmeSlotsBySizeTest, KeepFirstKeepsTheFirstStatesAndStreamsTheOthers) {
+  for (const bool keep_first : {true, false}) {
+    SCOPED_TRACE(keep_first ? "keep_first" : "without keep_first");
+    uint64_t one = 0;
+    ASSERT_NO_FATAL_FAILURE(one = StartEqual(8, 5, 31));
+    s_->set_keep_first(keep_first);
+    const std::vector<int> order = {0, 1, 2, 7, 6, 5, 4, 3};
+    bool first_read_again = false;
+    for (int step = 1; step <= 5; ++step) {
+      ASSERT_NO_FATAL_FAILURE(BeginStep(step));
+      if (step > 1) {
+        for (const int i : {0, 1, 2}) first_read_again |= !s_->Resident(i);
+      }
+      s_->TakeAsyncStats();
+      for (size_t j = 0; j < order.size(); ++j) {
+        std::vector<int> wanted(order.begin() + static_cast<std::ptrdiff_t>(j), order.end());
+        wanted.insert(wanted.end(), order.begin(), order.begin() + static_cast<std::ptrdiff_t>(j));
+        bool helps = false;
+        ASSERT_THAT(s_->ReadAhead(wanted, &helps), IsOk());
+        const std::vector<int> window = s_->Window(wanted);
+        if (keep_first) {
+          // The three first sub-groups, then the first two others in the order wanted.
+          std::vector<int> expected;
+          for (const int w : wanted) {
+            if (w <= 2) expected.push_back(w);
+          }
+          for (const int w : wanted) {
+            if (w > 2 && expected.size() < 5) expected.push_back(w);
+          }
+          ASSERT_EQ(window, expected) << "step " << step << ", update " << j;
+        }
+        ASSERT_NO_FATAL_FAILURE(Update(order[j], window, step));
+      }
+      const NvmeOptimizerState::AsyncStats st = s_->TakeAsyncStats();
+      if (keep_first && step > 1) {
+        EXPECT_EQ(st.bytes_read, 5 * one) << "step " << step;
+        EXPECT_EQ(st.bytes_written, 5 * one) << "step " << step;
+      }
+      ASSERT_THAT(s_->SettleWrites(), IsOk());
+    }
+    EXPECT_EQ(first_read_again, !keep_first);
+    ASSERT_THAT(s_->DrainAsync(), IsOk());
+    EXPECT_EQ(StateDiffers(*s_, *ref_, n_), "");
+  }
+}
+
 }  // namespace
 }  // namespace strata
