@@ -51,10 +51,11 @@ namespace strata {
 // states stream through that room in the order wanted (the backward's, last first), as far as it
 // holds them: a state read during the forward or the backward, updated, written and its room
 // read into again. More bytes move (the streamed states every step), but in the backward's idle
-// disk time rather than on the forward's path. Same session, default / this (`overlap --json
-// --rounds 2`, 32 MiB chunks x 8 buffers): io 0.254 / 0.196-0.213 s, balanced 0.280 / 0.215-0.232
-// s, nvme 0.241 / 0.215-0.233 s; with 64 MiB chunks x 4 the room holds two states only and the
-// gain is small (docs/infinity.md, tenth session).
+// disk time rather than on the forward's path. bench/overlap with 32 MiB chunks x 8 buffers,
+// without (two runs, `--rounds 2`) / with it (the median of three, `--rounds 3`): io 0.236-0.254 /
+// 0.214 s, balanced 0.266-0.280 / 0.229 s, nvme 0.226-0.241 / 0.224 s; with the default 64 MiB x 4
+// the two rooms hold two states and the gain is small (docs/infinity.md, 2026-12-01, tenth
+// session).
 std::vector<int> NvmeOptimizerState::FirstStatesWindow(std::span<const int> wanted) const {
   auto bytes_of = [&](size_t g) -> uint64_t {
     const int idx = swap_index_[g];
