@@ -433,6 +433,10 @@ class NvmeOptimizerState {
   bool HoldsGrads(size_t flat_begin, size_t flat_end) const;
   size_t region_bytes_ = 0;       // the swapper's region
   uint64_t all_state_bytes_ = 0;  // every sub-group's state (set with the slots)
+  // Note [The forward's states stay]: the leading sub-groups Window keeps with keep_first (0: the
+  // rule does not apply to these sizes) and their states' bytes (set with the slots).
+  size_t first_kept_ = 0;
+  uint64_t first_kept_bytes_ = 0;
   uint64_t io_seq_ = 0;
   uint64_t update_seq_ = 0;  // WriteBacks so far (Slot::updated)
   AsyncStats async_stats_;

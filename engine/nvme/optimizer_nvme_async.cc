@@ -16,6 +16,22 @@ Status NvmeOptimizerState::EnsureSlots() {
   region_bytes_ = swapper_->region_bytes();
   all_state_bytes_ = 0;
   for (const int idx : swap_index_) all_state_bytes_ += idx < 0 ? 0 : swapper_->state_bytes(idx);
+  // Note [The forward's states stay]: the first sub-groups whose states fit in the region less
+  // two of the largest states' room, where the state is more than the region and less than four.
+  uint64_t largest = 0;
+  for (const int idx : swap_index_)
+    largest = std::max(largest, idx < 0 ? 0 : swapper_->state_bytes(idx));
+  first_kept_ = 0;
+  first_kept_bytes_ = 0;
+  if (all_state_bytes_ > region_bytes_ && all_state_bytes_ < 4 * region_bytes_ &&
+      region_bytes_ > 2 * largest) {
+    for (const int idx : swap_index_) {
+      const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
+      if (first_kept_bytes_ + b > region_bytes_ - 2 * largest) break;
+      first_kept_bytes_ += b;
+      ++first_kept_;
+    }
+  }
   slots_.assign(std::max<size_t>(static_cast<size_t>(swapper_->num_sub_groups()), 1), Slot{});
   slot_of_.assign(groups_.size(), -1);
   written_since_update_.assign(groups_.size(), 1);

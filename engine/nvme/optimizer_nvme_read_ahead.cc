@@ -57,32 +57,20 @@ namespace strata {
 // the two rooms hold two states and the gain is small (docs/infinity.md, 2026-12-01, tenth
 // session).
 std::vector<int> NvmeOptimizerState::FirstStatesWindow(std::span<const int> wanted) const {
-  auto bytes_of = [&](size_t g) -> uint64_t {
-    const int idx = swap_index_[g];
-    return idx < 0 ? 0 : swapper_->state_bytes(idx);
-  };
-  uint64_t largest = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) largest = std::max(largest, bytes_of(g));
-  if (!keep_first_ || all_state_bytes_ <= region_bytes_ || all_state_bytes_ >= 4 * region_bytes_ ||
-      region_bytes_ <= 2 * largest) {
-    return {};
-  }
-  std::vector<char> first(groups_.size(), 0);
-  uint64_t used = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    if (used + bytes_of(g) > region_bytes_ - 2 * largest) break;
-    used += bytes_of(g);
-    first[g] = 1;
-  }
+  if (!keep_first_ || first_kept_ == 0) return {};
+  const auto first = [&](int w) { return static_cast<size_t>(w) < first_kept_; };
   std::vector<int> out;
   out.reserve(wanted.size());
   for (const int w : wanted) {
-    if (first[static_cast<size_t>(w)] != 0) out.push_back(w);
+    if (first(w)) out.push_back(w);
   }
+  uint64_t used = first_kept_bytes_;
   for (const int w : wanted) {  // the others in the order wanted, none past one that does not fit
-    if (first[static_cast<size_t>(w)] != 0) continue;
-    if (used + bytes_of(static_cast<size_t>(w)) > region_bytes_) break;
-    used += bytes_of(static_cast<size_t>(w));
+    if (first(w)) continue;
+    const int idx = swap_index_[static_cast<size_t>(w)];
+    const uint64_t b = idx < 0 ? 0 : swapper_->state_bytes(idx);
+    if (used + b > region_bytes_) break;
+    used += b;
     out.push_back(w);
   }
   return out;
