@@ -103,7 +103,7 @@ class ByteLevel final : public PreTokenizer {
   Status PreTokenize(std::vector<std::string>* pieces, bool) const override {
     if (add_prefix_space_) {
       for (std::string& p : *pieces) {
-        if (p.empty() || p[0] != ' ') p.insert(0, " ");
+        if (p.empty() || p[0] != ' ') p.insert(p.begin(), ' ');
       }
     }
     if (re_) {
