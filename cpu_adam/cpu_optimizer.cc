@@ -64,10 +64,7 @@ Status CheckTensors(OptimizerKind kind, const StepTensors& t) {
   if (t.param_copy != nullptr && !valid(t.param_copy_dtype)) {
     return InvalidArgumentError("param_copy_dtype " +
                                 std::to_string(static_cast<int>(t.param_copy_dtype)) +
-                                " (allowed: fp16, bf16)");
-  }
-  if (t.param_copy != nullptr && t.param_copy_dtype == DType::kFloat32) {
-    return InvalidArgumentError("param_copy_dtype fp32 (allowed: fp16, bf16)");
+                                " (allowed: fp32, fp16, bf16)");
   }
   Span spans[5];
   int n = 0;
@@ -291,10 +288,13 @@ Status CpuOptimizer::StepAt(const Hyperparams& hp, int64_t step, const StepTenso
   const internal::StepCoeffs coeffs =
       MakeCoeffs(kind_, hp, step, options.grad_scale, options_.prefetch_bytes);
   const int gi = static_cast<int>(t.grad_dtype);
-  const int ci = t.param_copy == nullptr ? static_cast<int>(internal::ParamCopy::kNone)
-                 : t.param_copy_dtype == DType::kFloat16
-                     ? static_cast<int>(internal::ParamCopy::kFloat16)
-                     : static_cast<int>(internal::ParamCopy::kBFloat16);
+  internal::ParamCopy copy_kind = internal::ParamCopy::kNone;
+  if (t.param_copy != nullptr) {
+    copy_kind = t.param_copy_dtype == DType::kFloat16    ? internal::ParamCopy::kFloat16
+                : t.param_copy_dtype == DType::kBFloat16 ? internal::ParamCopy::kBFloat16
+                                                         : internal::ParamCopy::kFloat32;
+  }
+  const int ci = static_cast<int>(copy_kind);
   internal::TileFn fn = nullptr;
   switch (kind_) {
     case OptimizerKind::kAdam:
@@ -313,7 +313,7 @@ Status CpuOptimizer::StepAt(const Hyperparams& hp, int64_t step, const StepTenso
   args.grads = t.grads;
   args.state1 = t.exp_avg;
   args.state2 = t.exp_avg_sq;
-  args.copy = static_cast<uint16_t*>(t.param_copy);
+  args.copy = t.param_copy;
 
   const size_t tile = options_.tile_numel;
   const size_t num_tiles = (t.numel + tile - 1) / tile;

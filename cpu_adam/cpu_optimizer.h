@@ -4,9 +4,9 @@
 // host memory and every step streams through all of them once. The update runs the best SIMD
 // kernel this CPU supports (see simd_isa.h), in parallel with oneTBB over fixed-size tiles, and
 // in the same pass can (a) unscale the gradients (grad_scale), (b) read fp16/bf16 gradients and
-// (c) write the fp16/bf16 compute copy of the updated weights. A per-tile callback tells the
-// caller when a tile is final, so the copy of that tile to the device can start while later tiles
-// are still being updated.
+// (c) write the fp16/bf16 (or fp32) compute copy of the updated weights. A per-tile callback tells
+// the caller when a tile is final, so the copy of that tile to the device can start while later
+// tiles are still being updated.
 //
 // Results are identical for any tile size, thread count or arena (each element is computed by the
 // same instruction sequence); they differ between ISAs only by rounding (FMA vs separate ops).
@@ -52,7 +52,8 @@ struct StepTensors {
   DType grad_dtype = DType::kFloat32;
   float* exp_avg = nullptr;     // Adam, Lion: first moment (null for Adagrad)
   float* exp_avg_sq = nullptr;  // Adam: second moment; Adagrad: sum of squares (null for Lion)
-  // Optional: receives the updated params rounded to fp16 or bf16 (round to nearest even).
+  // Optional: receives the updated params rounded to fp16 or bf16 (round to nearest even), or
+  // as they are (fp32: a second copy written from the same registers, no pass over params).
   void* param_copy = nullptr;
   DType param_copy_dtype = DType::kBFloat16;
 };

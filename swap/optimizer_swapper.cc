@@ -376,9 +376,7 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
       tensors.grads = grad_buffers_[static_cast<size_t>(i % nb)].data();
       tensors.grad_dtype = DType::kFloat32;
     }
-    // An fp32 copy-out is a plain copy after the update (the kernel fuses fp16/bf16 only).
-    const bool fp32_copy = sio.param_copy != nullptr && sio.param_copy_dtype == DType::kFloat32;
-    tensors.param_copy = fp32_copy ? nullptr : sio.param_copy;
+    tensors.param_copy = sio.param_copy;  // fused into the update, fp32 too
     tensors.param_copy_dtype = sio.param_copy_dtype;
     auto hp = optimizer_->hyperparams(g.group);
     if (!hp.ok()) {
@@ -397,7 +395,6 @@ Status OptimizerSwapper::Step(const std::function<SubGroupIo(int)>& io, const St
       error = u.WithContext("update sub-group " + std::to_string(i));
       break;
     }
-    if (fp32_copy) std::memcpy(sio.param_copy, b, g.numel * sizeof(float));
     s.write = space_->Write(g.swap_id, b);
     s.writing = true;
     last_.bytes_written += 3 * part;

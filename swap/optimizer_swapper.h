@@ -53,8 +53,7 @@ struct SubGroupIo {
   // (swap_grads).
   const void* grads = nullptr;
   DType grad_dtype = DType::kFloat32;
-  // Optional: receives the updated params in param_copy_dtype (fp16/bf16 fused into the
-  // update; fp32 a copy after it).
+  // Optional: receives the updated params in param_copy_dtype (fused into the update).
   void* param_copy = nullptr;
   DType param_copy_dtype = DType::kBFloat16;
 };

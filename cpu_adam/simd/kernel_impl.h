@@ -39,19 +39,24 @@ inline typename S::V LoadGrad(const GradT<G>* g) {
   }
 }
 
+template <ParamCopy C>
+using CopyT = std::conditional_t<C == ParamCopy::kFloat32, float, uint16_t>;
+
 template <class S, ParamCopy C>
-inline void StoreCopy(uint16_t* out, typename S::V p) {
+inline void StoreCopy(CopyT<C>* out, typename S::V p) {
   if constexpr (C == ParamCopy::kFloat16) {
     S::StoreF16(out, p);
   } else if constexpr (C == ParamCopy::kBFloat16) {
     S::StoreBf16(out, p);
+  } else if constexpr (C == ParamCopy::kFloat32) {
+    S::Store(out, p);
   }
 }
 
 // Stores the copies of kUnroll consecutive vectors. Ops with kPairBf16 narrow two vectors to
 // bf16 with one pack and one 32-byte store (same bits as two StoreBf16 calls).
 template <class S, ParamCopy C>
-inline void StoreCopyBlock(uint16_t* out, const typename S::V* p) {
+inline void StoreCopyBlock(CopyT<C>* out, const typename S::V* p) {
   if constexpr (C == ParamCopy::kBFloat16 && S::kPairBf16 && S::kUnroll == 2) {
     S::StoreBf16Pair(out, p[0], p[1]);
   } else {
@@ -166,6 +171,7 @@ struct LionOp {
 template <class S, class Op>
 void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end) {
   using GT = GradT<Op::kGrad>;
+  using CT = CopyT<Op::kCopy>;
   constexpr size_t kW = S::kWidth;
   constexpr size_t kStep = kW * S::kUnroll;
   constexpr bool kCopy = Op::kCopy != ParamCopy::kNone;
@@ -174,7 +180,7 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
   const GT* const g = static_cast<const GT*>(a.grads);
   float* const s1 = a.state1;
   float* const s2 = a.state2;
-  uint16_t* const out = a.copy;
+  CT* const out = static_cast<CT*>(a.copy);
   auto apply = [&](size_t i) {
     return Op::Apply(k, p + i, g + i, Op::kUsesState1 ? s1 + i : nullptr,
                      Op::kUsesState2 ? s2 + i : nullptr);
@@ -211,7 +217,7 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
   alignas(64) GT tg[kW] = {};
   alignas(64) float t1[kW] = {};
   alignas(64) float t2[kW] = {};
-  alignas(64) uint16_t to[kW] = {};
+  alignas(64) CT to[kW] = {};
   std::memcpy(tp, p + i, n * sizeof(float));
   std::memcpy(tg, g + i, n * sizeof(GT));
   if (Op::kUsesState1) std::memcpy(t1, s1 + i, n * sizeof(float));
@@ -220,7 +226,7 @@ void RunRange(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end
   std::memcpy(p + i, tp, n * sizeof(float));
   if (Op::kUsesState1) std::memcpy(s1 + i, t1, n * sizeof(float));
   if (Op::kUsesState2) std::memcpy(s2 + i, t2, n * sizeof(float));
-  if (kCopy) std::memcpy(out + i, to, n * sizeof(uint16_t));
+  if (kCopy) std::memcpy(out + i, to, n * sizeof(CT));
 }
 
 template <class S, template <class, DType, ParamCopy> class Op, DType G>
@@ -228,6 +234,7 @@ void FillRow(TileFn (&row)[kNumParamCopies]) {
   row[static_cast<int>(ParamCopy::kNone)] = &RunRange<S, Op<S, G, ParamCopy::kNone>>;
   row[static_cast<int>(ParamCopy::kFloat16)] = &RunRange<S, Op<S, G, ParamCopy::kFloat16>>;
   row[static_cast<int>(ParamCopy::kBFloat16)] = &RunRange<S, Op<S, G, ParamCopy::kBFloat16>>;
+  row[static_cast<int>(ParamCopy::kFloat32)] = &RunRange<S, Op<S, G, ParamCopy::kFloat32>>;
 }
 
 template <class S, template <class, DType, ParamCopy> class Op>

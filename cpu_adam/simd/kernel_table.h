@@ -28,16 +28,17 @@ struct StepCoeffs {
 
 // Optional fused copy-out of the updated parameter, by its element type. (Not "CopyKind": that is
 // the device layer's H2D/D2H enum in offload/device/api/stream.h, one name for one concept.)
-enum class ParamCopy { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
+// kFloat32 writes the fp32 result twice (the master and a copy), from the same register.
+enum class ParamCopy { kNone = 0, kFloat16 = 1, kBFloat16 = 2, kFloat32 = 3 };
 inline constexpr int kNumGradKinds = 3;    // indexed by DType
-inline constexpr int kNumParamCopies = 3;  // indexed by ParamCopy
+inline constexpr int kNumParamCopies = 4;  // indexed by ParamCopy
 
 struct KernelArgs {
   float* params = nullptr;
   const void* grads = nullptr;  // element type: the table entry's grad dtype
   float* state1 = nullptr;      // Adam/Lion exp_avg
   float* state2 = nullptr;      // Adam exp_avg_sq, Adagrad sum of squares
-  uint16_t* copy = nullptr;     // element type: the entry's ParamCopy
+  void* copy = nullptr;         // element type: the entry's ParamCopy
 };
 
 using TileFn = void (*)(const StepCoeffs& c, const KernelArgs& a, size_t begin, size_t end);

@@ -264,17 +264,13 @@ Status OptimizerState::StepSubGroup(const SubGroup& g, int64_t step, const Hyper
   t.exp_avg_sq = optimizer_.kind() == OptimizerKind::kLion
                      ? nullptr
                      : part->At(Array::kExpAvgSq, g.flat_begin);
-  const bool fused_copy = param_copy != nullptr && copy_dtype != DType::kFloat32;
-  if (fused_copy) {
+  if (param_copy != nullptr) {  // fused into the update (fp32: a second store)
     t.param_copy = static_cast<uint8_t*>(param_copy) + g.flat_begin * DTypeBytes(copy_dtype);
     t.param_copy_dtype = copy_dtype;
   }
   StepOptions so;
   so.grad_scale = grad_scale;
   STRATA_RETURN_IF_ERROR(optimizer_.StepAt(hp, step, t, so));
-  if (param_copy != nullptr && !fused_copy) {
-    std::memcpy(static_cast<float*>(param_copy) + g.flat_begin, t.params, n * sizeof(float));
-  }
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
-// Every kernel (ISA x optimizer x gradient dtype x copy dtype) against the double-precision
-// ReferenceStep, on sizes that are not multiples of any SIMD width, over several steps.
+// Every kernel (ISA x optimizer x gradient dtype x copy dtype, fp32 included) against the
+// double-precision ReferenceStep, on sizes that are not multiples of any SIMD width, over several
+// steps.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -17,7 +18,7 @@ using testing::DoubleState;
 using testing::OptimizerProblem;
 
 enum class Variant { kAdamW, kAdamL2, kAdamNoBiasCorrection, kAdagrad, kLion };
-enum class Copy { kNone, kFp16, kBf16 };
+enum class Copy { kNone, kFp16, kBf16, kFp32 };
 
 const char* VariantName(Variant v) {
   switch (v) {
@@ -71,7 +72,8 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   const auto& [isa, variant, grad, copy] = info.param;
   const char* copy_name = copy == Copy::kNone   ? "nocopy"
                           : copy == Copy::kFp16 ? "fp16copy"
-                                                : "bf16copy";
+                          : copy == Copy::kBf16 ? "bf16copy"
+                                                : "fp32copy";
   return std::string(SimdIsaName(isa)) + "_" + VariantName(variant) + "_" +
          std::string(DTypeName(grad)) + "grad_" + copy_name;
 }
@@ -100,8 +102,10 @@ TEST_P(CpuAdamKernelTest, MatchesDoublePrecisionReference) {
     const float grad_scale = scales[si % std::size(scales)];
     SCOPED_TRACE("numel " + std::to_string(n) + ", grad_scale " + std::to_string(grad_scale));
     OptimizerProblem prob(KindOf(variant), n, grad_dtype, copy != Copy::kNone,
-                          copy == Copy::kFp16 ? DType::kFloat16 : DType::kBFloat16, grad_scale,
-                          seed + si);
+                          copy == Copy::kFp16   ? DType::kFloat16
+                          : copy == Copy::kFp32 ? DType::kFloat32
+                                                : DType::kBFloat16,
+                          grad_scale, seed + si);
     Result<int> group = opt->AddGroup(hp);
     ASSERT_TRUE(group.ok());
     for (int step = 1; step <= 6; ++step) {
@@ -124,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Variant::kAdamNoBiasCorrection, Variant::kAdagrad,
                                          Variant::kLion),
                        ::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
-                       ::testing::Values(Copy::kNone, Copy::kFp16, Copy::kBf16)),
+                       ::testing::Values(Copy::kNone, Copy::kFp16, Copy::kBf16, Copy::kFp32)),
     ParamName);
 
 }  // namespace

@@ -92,8 +92,8 @@ TEST(CpuAdamOptimizerTest, RejectsBadTensorsAndModifiesNothing) {
   t.numel = 10;
   expect_invalid(t, "exp_avg is not aligned");
   t = prob.Tensors();
-  t.param_copy_dtype = DType::kFloat32;
-  expect_invalid(t, "param_copy_dtype fp32");
+  t.param_copy_dtype = static_cast<DType>(9);
+  expect_invalid(t, "param_copy_dtype 9 (allowed: fp32, fp16, bf16)");
   t = prob.Tensors();
   t.grad_dtype = static_cast<DType>(7);
   expect_invalid(t, "grad_dtype 7");

@@ -15,7 +15,8 @@ TEST(CpuAdamKernelTableTest, CopyKindMeansOnlyTheDeviceCopy) {
   using namespace internal;  // NOLINT: what a kernel file does; must not make CopyKind ambiguous
   // With two enums called CopyKind (one here, one in the device layer) this line did not compile.
   EXPECT_TRUE((std::is_same_v<CopyKind, ::strata::CopyKind>));
-  EXPECT_EQ(3, kNumParamCopies);
+  EXPECT_EQ(4, kNumParamCopies);
+  EXPECT_EQ(3, static_cast<int>(ParamCopy::kFloat32));
   EXPECT_EQ(2, static_cast<int>(ParamCopy::kBFloat16));
 }
 

@@ -1,6 +1,7 @@
 #include "tests/cpu_adam/optimizer_problem.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -29,7 +30,8 @@ OptimizerProblem::OptimizerProblem(OptimizerKind kind_in, size_t numel_in, DType
       params(numel),
       exp_avg(numel),
       exp_avg_sq(numel),
-      copy(with_copy ? numel : 0) {
+      copy(with_copy && copy_dtype != DType::kFloat32 ? numel : 0),
+      copy_f32(with_copy && copy_dtype == DType::kFloat32 ? numel : 0) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const float v_max = kind == OptimizerKind::kAdagrad ? 1.0f : 0.01f;
@@ -66,7 +68,8 @@ StepTensors OptimizerProblem::Tensors() {
   if (kind != OptimizerKind::kAdagrad) t.exp_avg = exp_avg.data();
   if (kind != OptimizerKind::kLion) t.exp_avg_sq = exp_avg_sq.data();
   if (with_copy) {
-    t.param_copy = copy.data();
+    t.param_copy = copy_dtype == DType::kFloat32 ? static_cast<void*>(copy_f32.data())
+                                                 : static_cast<void*>(copy.data());
     t.param_copy_dtype = copy_dtype;
   }
   return t;
@@ -163,7 +166,11 @@ std::string CompareStep(const DoubleState& before, const std::vector<double>& gr
     if (p_mag >= 0 && std::fabs(p - ref.params[i]) > tol * p_mag) {
       fail("params", i, p, ref.params[i], tol * p_mag);
     }
-    if (after.with_copy) {
+    if (after.with_copy && after.copy_dtype == DType::kFloat32) {
+      if (std::memcmp(&after.copy_f32[i], &after.params[i], sizeof(float)) != 0) {
+        fail("param_copy", i, after.copy_f32[i], after.params[i], 0);
+      }
+    } else if (after.with_copy) {
       const uint16_t want = after.copy_dtype == DType::kFloat16 ? FloatToFp16(after.params[i])
                                                                 : FloatToBf16(after.params[i]);
       if (after.copy[i] != want) {

@@ -35,6 +35,7 @@ struct OptimizerProblem {
   std::vector<float> params, exp_avg, exp_avg_sq;
   std::vector<float> grads_f32;
   std::vector<uint16_t> grads_16, copy;
+  std::vector<float> copy_f32;  // the copy when copy_dtype is fp32
 };
 
 // The same state in double.
@@ -47,7 +48,8 @@ struct DoubleState {
 // Error bounds are `ulps` float roundings of the magnitudes that enter each result (so
 // cancellation is allowed for), and for Lion a flipped sign only where the reference's sign
 // argument is within rounding of zero. Also checks the fused copy bit for bit against
-// FloatTo{Half,BFloat16}(params). Returns "" or a description of the first few mismatches.
+// FloatTo{Half,BFloat16}(params), or params themselves for an fp32 copy. Returns "" or a
+// description of the first few mismatches.
 std::string CompareStep(const DoubleState& before, const std::vector<double>& grads,
                         const Hyperparams& hp, int64_t step, const OptimizerProblem& after,
                         double ulps = 16);
