@@ -168,14 +168,21 @@ Result<GradRegion::Buffer*> GradRegion::Load(size_t c, bool for_add) {
     return &b;
   }
   // Room: an empty buffer, else the least recently used of those whose chunk is written (or
-  // being written: Note [A chunk is done when its adds are]), else the least recently used.
-  Buffer* v = &buffers_[0];
-  for (Buffer& b : buffers_) {
-    if (b.chunk < 0) {
-      v = &b;
-      break;
+  // being written: Note [A chunk is done when its adds are]), else the least recently used; never
+  // one lent to an update (Note [Gradients read in place] in grad_region_lend.cc: waited for, it
+  // is given back without this lock).
+  Buffer* v = nullptr;
+  for (;;) {
+    for (Buffer& b : buffers_) {
+      if (b.lent > 0) continue;
+      if (b.chunk < 0) {
+        v = &b;
+        break;
+      }
+      if (v == nullptr || (b.dirty != v->dirty ? !b.dirty : b.used < v->used)) v = &b;
     }
-    if (b.dirty != v->dirty ? !b.dirty : b.used < v->used) v = &b;
+    if (v != nullptr) break;
+    given_back_.wait(mu_);  // the caller holds mu_
   }
   STRATA_RETURN_IF_ERROR(WriteOut(*v));
   STRATA_RETURN_IF_ERROR(WaitWrite(*v));
@@ -221,6 +228,13 @@ Result<const float*> GradRegion::ReadView(size_t c) {
 Status GradRegion::BeginPass(bool first, bool last) {
   std::lock_guard<std::mutex> lock(mu_);
   if (first) {  // the previous step's values are dropped; no write of them may be in flight
+    for (const Buffer& b : buffers_) {
+      if (b.lent > 0) {
+        return FailedPreconditionError("gradient region: a new step began while " +
+                                       Where(static_cast<size_t>(b.chunk)) +
+                                       " is lent to an update");
+      }
+    }
     for (Buffer& b : buffers_) {
       Status s = WaitWrite(b);
       b.chunk = -1;
@@ -390,6 +404,10 @@ Status GradRegion::Consume(size_t flat_begin, size_t n) {
     if (consumed_[c] < ChunkNumel(c)) continue;
     for (Buffer& b : buffers_) {
       if (b.chunk != static_cast<int>(c)) continue;
+      if (b.lent > 0) {
+        return FailedPreconditionError("gradient region: consume of " + Where(c) +
+                                       " while it is lent to an update");
+      }
       Materialize(b);
       TakeNormSums(c, static_cast<const float*>(b.mem.data()));
       b.chunk = -1;  // a write still in flight is waited for before the buffer is reused (Load)

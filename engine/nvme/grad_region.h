@@ -31,10 +31,16 @@
 // checksums verified). Errors name the chunk, the swap file and the offset (aio/ and swap/:
 // EIO, ENOSPC, short transfers, a checksum mismatch as DataLoss).
 //
+// Lending (Note [Gradients read in place] in grad_region_lend.cc). An update whose gradients are
+// all in add buffers reads them there (Lend: a GradView of the buffers, which stay put until it is
+// destroyed) instead of copying them out (Read).
+//
 // Thread safety: every method may be called from any thread; one mutex serializes them (the
 // reducer's add stream adds while the overlapped step's worker reads a finished sub-group's range).
+// A lent buffer is read without the mutex: the adds then go to other elements and buffers.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -79,6 +85,37 @@ uint64_t GradRegionCpuBytes(const GradRegionOptions& options, size_t numel);
 // read through when the chunks do not all fit (Note [A buffer to read through]).
 size_t GradRegionBufferCount(const GradRegionOptions& options, size_t numel);
 uint64_t GradRegionNvmeBytes(size_t chunk_numel, size_t numel);
+
+class GradRegion;
+
+// A range's gradients for an update: one array (a copy, or the host partition: Array), or a
+// region's chunk buffers lent in place (GradRegion::Lend), given back when this is destroyed.
+class GradView {
+ public:
+  GradView() = default;
+  // data[0, ...) are the gradients of elements flat_begin, flat_begin + 1, ...
+  static GradView Array(const float* data, size_t flat_begin);
+  GradView(GradView&& o) noexcept { *this = std::move(o); }
+  GradView& operator=(GradView&& o) noexcept;
+  GradView(const GradView&) = delete;
+  GradView& operator=(const GradView&) = delete;
+  ~GradView() { GiveBack(); }
+
+  bool empty() const { return data_ == nullptr && region_ == nullptr; }
+  bool lent() const { return region_ != nullptr; }
+  // Element `flat`'s gradient (in the range), and how many elements from it are contiguous.
+  const float* At(size_t flat) const;
+  size_t Run(size_t flat) const;
+
+ private:
+  friend class GradRegion;
+  void GiveBack();
+  const float* data_ = nullptr;
+  size_t flat_begin_ = 0;
+  GradRegion* region_ = nullptr;  // lent: bases_[c - first_chunk_] is chunk c's buffer
+  size_t chunk_numel_ = 0, first_chunk_ = 0;
+  std::vector<const float*> bases_;
+};
 
 class GradRegion final : public GradTarget {
  public:
@@ -130,10 +167,17 @@ class GradRegion final : public GradTarget {
     std::lock_guard<std::mutex> lock(mu_);
     hold_ = std::move(hold);
   }
+  // Note [Gradients read in place]. After EndPass of the last pass: when every chunk elements
+  // [flat_begin, flat_begin + n) touch is in an add buffer, those buffers lent as a view (they stay
+  // until it is destroyed: an add that needs a buffer then waits for one not lent); else an empty
+  // view (Read copies them). InvalidArgument / FailedPrecondition as Read.
+  Result<GradView> Lend(size_t flat_begin, size_t n);
+
   // The step is done with elements [flat_begin, flat_begin + n) of the last pass's gradient (their
   // updates are final and have read them). A chunk every element of which is consumed leaves its
   // buffer without a write (its norm sums taken first); reading it again this step is
-  // FailedPrecondition. Chunks not in a buffer are left as they are.
+  // FailedPrecondition, as is consuming a chunk still lent. Chunks not in a buffer are left as
+  // they are.
   Status Consume(size_t flat_begin, size_t n);
 
   // After EndPass of the last pass: the squared norm of the whole gradient (the chunk sums in
@@ -162,6 +206,7 @@ class GradRegion final : public GradTarget {
     // Note [Copy into a fresh chunk]: elements [0, fresh) of a chunk loaded as zeros are not
     // written yet (they are zero); 0 once the buffer holds every value.
     size_t fresh = 0;
+    int lent = 0;  // views reading it (Note [Gradients read in place]): not reused until 0
   };
   GradRegion(size_t numel, const GradRegionOptions& o) : numel_(numel), options_(o) {}
   size_t ChunkNumel(size_t c) const;
@@ -184,10 +229,13 @@ class GradRegion final : public GradTarget {
   Status WriteOut(Buffer& b);
   Status WaitWrite(Buffer& b);
   void TakeNormSums(size_t c, const float* data);
+  friend class GradView;
+  void GiveBack(size_t first_chunk, size_t chunks);
 
   size_t numel_;
   GradRegionOptions options_;
   mutable std::mutex mu_;
+  std::condition_variable_any given_back_;  // a lent buffer was given back
   std::unique_ptr<SwapSpace> space_;
   std::unique_ptr<PinnedPool> pool_;
   std::vector<SwapId> chunk_ids_;

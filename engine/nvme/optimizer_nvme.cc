@@ -302,12 +302,13 @@ Status NvmeOptimizerState::Step(int64_t step, const Hyperparams& hp, float grad_
           sg_current = sg;
           sg_begin = tracer_->NowUs();
         }
-        Result<const float*> grads = SubGroupGrads(sg);
+        // Copied, not lent: the swapper's update reads one array (and the adds are done).
+        Result<GradView> grads = SubGroupGrads(sg, false);
         if (!grads.ok()) {
           grads_error = grads.status();
           return io;
         }
-        io.grads = *grads;
+        io.grads = grads->At(g.flat_begin);
         io.grad_dtype = DType::kFloat32;
         if (copy != nullptr) {
           Result<uint8_t*> dst = copy->Begin(g);
@@ -419,34 +420,39 @@ Status NvmeOptimizerState::UpdateSubGroupInto(int i, int64_t step, const Hyperpa
   const size_t n = g.numel();
   if (n == 0) return Status::Ok();
   if (region_ != nullptr) grad_checks = false;  // the region's sums are taken already
-  STRATA_ASSIGN_OR_RETURN(const float* grads, SubGroupGrads(i));
+  STRATA_ASSIGN_OR_RETURN(const GradView grads, SubGroupGrads(i, true));
   // The state in its slot: the checksums fused into the update (optimizer_nvme_fused.cc).
   const int at = slot_of_.empty() ? -1 : slot_of_[static_cast<size_t>(i)];
   if (at >= 0 && swapper_->checksums() &&
       slots_[static_cast<size_t>(at)].state == Slot::State::kValid) {
     const OptimizerSwapper::StateView v = SlotState(static_cast<size_t>(at));
     if (v.params == master && v.exp_avg == exp_avg && v.exp_avg_sq == exp_avg_sq) {
-      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, copy, copy_dtype,
+      return UpdateFused(i, static_cast<size_t>(at), step, hp, grad_scale, grads, copy, copy_dtype,
                          grad_checks);
     }
   }
-  StepTensors t;
-  t.numel = n;
-  t.params = master;
-  t.exp_avg = exp_avg;
-  t.exp_avg_sq = exp_avg_sq;
-  t.grads = grads;
-  t.grad_dtype = DType::kFloat32;
-  // As the swapper: fp16/bf16 copy-out fused into the update, fp32 a copy after it.
-  const bool fp32_copy = copy != nullptr && copy_dtype == DType::kFloat32;
-  t.param_copy = fp32_copy ? nullptr : copy;
-  t.param_copy_dtype = copy_dtype;
+  // As the swapper: the copy-out fused into the update. In pieces that do not cross a lent
+  // gradient's chunk edge (the same bits: CpuOptimizer computes each element alike whatever the
+  // range).
+  const size_t cbytes = DTypeBytes(copy_dtype);
   StepOptions so;
   so.grad_scale = grad_scale;
-  STRATA_RETURN_IF_ERROR(
-      optimizer_.StepAt(hp, step, t, so)
-          .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
-  if (fp32_copy) std::memcpy(copy, master, n * sizeof(float));
+  for (size_t e0 = 0; e0 < n;) {
+    const size_t e1 = e0 + std::min(n - e0, grads.Run(g.flat_begin + e0));
+    StepTensors t;
+    t.numel = e1 - e0;
+    t.params = master + e0;
+    t.exp_avg = exp_avg + e0;
+    t.exp_avg_sq = exp_avg_sq + e0;
+    t.grads = grads.At(g.flat_begin + e0);
+    t.grad_dtype = DType::kFloat32;
+    t.param_copy = copy == nullptr ? nullptr : copy + e0 * cbytes;
+    t.param_copy_dtype = copy_dtype;
+    STRATA_RETURN_IF_ERROR(
+        optimizer_.StepAt(hp, step, t, so)
+            .WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
+    e0 = e1;
+  }
   if (grad_checks) PrecomputeGradChecks(g.flat_begin, g.flat_end);
   return Status::Ok();
 }

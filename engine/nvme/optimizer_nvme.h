@@ -369,7 +369,7 @@ class NvmeOptimizerState {
   OptimizerSwapper::StateView SlotState(size_t k) const;
   // UpdateSubGroup on slot k with the checksums fused in (optimizer_nvme_fused.cc).
   Status UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp, float grad_scale,
-                     uint8_t* copy, DType copy_dtype, bool grad_checks);
+                     const GradView& grads, uint8_t* copy, DType copy_dtype, bool grad_checks);
   // Verifies the blocks of slot k's deferred read not verified yet (all at once, from memory).
   Status VerifyRest(size_t k);
   // The async path of StepExcept.
@@ -399,11 +399,10 @@ class NvmeOptimizerState {
   std::unique_ptr<AioHandle> region_aio_;
   std::unique_ptr<GradRegion> region_;
   int region_grads_of_ = -1;
-  // Sub-group i's gradients: grad_ + its begin, or read from the region into grad_slab_.
-  Result<const float*> SubGroupGrads(int i);
-  const float* GradsOf(const SubGroup& g) const {
-    return region_ != nullptr ? static_cast<const float*>(grad_slab_.data()) : grad_ + g.flat_begin;
-  }
+  // Sub-group i's gradients: grad_ + its begin; with a region, its add buffers lent when `lend`
+  // and they hold them all (Note [Gradients read in place] in grad_region_lend.cc), else read
+  // into grad_slab_.
+  Result<GradView> SubGroupGrads(int i, bool lend);
   // The stage: one sub-group's master | exp_avg | exp_avg_sq (3 x its numel floats).
   std::vector<float> stage_;
   int staged_ = -1;

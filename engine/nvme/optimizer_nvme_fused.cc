@@ -55,8 +55,8 @@ namespace strata {
 // by StartWrite, on the thread that starts the write, from memory: the prediction moves the
 // hashing, it never drops a checksum (tests/engine/nvme/optimizer_nvme_fused_test.cc).
 Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hyperparams& hp,
-                                       float grad_scale, uint8_t* copy, DType copy_dtype,
-                                       bool grad_checks) {
+                                       float grad_scale, const GradView& grads, uint8_t* copy,
+                                       DType copy_dtype, bool grad_checks) {
   Slot& slot = slots_[k];
   const SubGroup& g = groups_[static_cast<size_t>(i)];
   const size_t n = g.numel();
@@ -149,7 +149,6 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
     return st == kVerified;
   };
 
-  const bool fp32_copy = copy != nullptr && copy_dtype == DType::kFloat32;
   const size_t cbytes = DTypeBytes(copy_dtype);
   StepOptions so;
   so.grad_scale = grad_scale;
@@ -162,21 +161,26 @@ Status NvmeOptimizerState::UpdateFused(int i, size_t k, int64_t step, const Hype
         if (!verify(b)) return;
       }
     }
-    StepTensors st;
-    st.numel = e1 - e0;
-    st.params = v.params + e0;
-    st.exp_avg = v.exp_avg + e0;
-    st.exp_avg_sq = v.exp_avg_sq + e0;
-    st.grads = GradsOf(g) + e0;
-    st.grad_dtype = DType::kFloat32;
-    st.param_copy = copy == nullptr || fp32_copy ? nullptr : copy + e0 * cbytes;
-    st.param_copy_dtype = copy_dtype;
-    Status u = optimizer_.StepAt(hp, step, st, so);  // one tile: runs here
-    if (!u.ok()) {
-      fail(u.WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
-      return;
+    // One tile, run here; in two pieces where a lent gradient's chunk edge crosses it (Note
+    // [Gradients read in place] in grad_region_lend.cc: the same bits).
+    for (size_t a = e0; a < e1;) {
+      const size_t b = a + std::min(e1 - a, grads.Run(g.flat_begin + a));
+      StepTensors st;
+      st.numel = b - a;
+      st.params = v.params + a;
+      st.exp_avg = v.exp_avg + a;
+      st.exp_avg_sq = v.exp_avg_sq + a;
+      st.grads = grads.At(g.flat_begin + a);
+      st.grad_dtype = DType::kFloat32;
+      st.param_copy = copy == nullptr ? nullptr : copy + a * cbytes;
+      st.param_copy_dtype = copy_dtype;
+      Status u = optimizer_.StepAt(hp, step, st, so);
+      if (!u.ok()) {
+        fail(u.WithContext("offload_optimizer nvme: update sub-group " + std::to_string(i)));
+        return;
+      }
+      a = b;
     }
-    if (fp32_copy) std::memcpy(copy + e0 * cbytes, v.params + e0, (e1 - e0) * sizeof(float));
     // The tile's gradients were just read: their norm chunks, while in cache.
     if (grad_checks) {
       const auto [c0, c1] = WholeChunks(g.flat_begin + e0, g.flat_begin + e1);

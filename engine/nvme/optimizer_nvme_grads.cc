@@ -86,13 +86,19 @@ void NvmeOptimizerState::ZeroGrad(bool memory) const {
   std::fill(norm_ready_.begin(), norm_ready_.end(), 0);
 }
 
-Result<const float*> NvmeOptimizerState::SubGroupGrads(int i) {
+Result<GradView> NvmeOptimizerState::SubGroupGrads(int i, bool lend) {
   const SubGroup& g = groups_[static_cast<size_t>(i)];
-  if (region_ == nullptr) return grad_ + g.flat_begin;
+  if (region_ == nullptr) return GradView::Array(grad_ + g.flat_begin, g.flat_begin);
+  auto context = [i] { return "gradients of sub-group " + std::to_string(i); };
+  if (lend) {
+    Result<GradView> lent = region_->Lend(g.flat_begin, g.numel());
+    if (!lent.ok()) return lent.status().WithContext(context());
+    if (!lent->empty()) return lent;
+  }
   float* out = static_cast<float*>(grad_slab_.data());
   Status s = region_->Read(g.flat_begin, g.numel(), out);
-  if (!s.ok()) return s.WithContext("gradients of sub-group " + std::to_string(i));
-  return static_cast<const float*>(out);
+  if (!s.ok()) return s.WithContext(context());
+  return GradView::Array(out, g.flat_begin);
 }
 
 bool NvmeOptimizerState::HoldsGrads(size_t flat_begin, size_t flat_end) const {
