@@ -31,6 +31,14 @@ namespace strata {
 // again in the same pass has its sums taken again; one with data from an earlier micro-batch only
 // is read back at EndPass for its sums; one never written sums to 0 (as zeros would).
 
+// Note [Sums taken once]
+// Once the last pass has ended (EndPass) every chunk's sums are taken from its final values, and
+// nothing adds to it until the next step's first pass. So a chunk that leaves its buffer after
+// that, consumed by a deferred update or written out to make room, keeps its sums: taking them
+// again was a pass over the chunk (16 MiB by default: 1-3 ms from DRAM) under the region's lock,
+// on the worker's path between two updates, for the same bits. Before EndPass (an update
+// final during the backward) the sums are still taken as the chunk leaves.
+
 // Note [A buffer to read through]
 // The overlapped step reads a finished sub-group's gradients while the backward still adds into
 // later chunks. Read through the add buffers' LRU, each such read evicted a chunk being added into
@@ -150,7 +158,7 @@ Status GradRegion::WriteOut(Buffer& b) {
   STRATA_RETURN_IF_ERROR(WaitWrite(b));  // one write of a buffer at a time
   const size_t c = static_cast<size_t>(b.chunk);
   Materialize(b);
-  if (last_pass_) TakeNormSums(c, static_cast<const float*>(b.mem.data()));
+  if (last_pass_ && !sums_final_) TakeNormSums(c, static_cast<const float*>(b.mem.data()));
   b.write = space_->Write(chunk_ids_[c], b.mem.data());
   b.writing = true;
   b.write_chunk = b.chunk;
@@ -249,6 +257,7 @@ Status GradRegion::BeginPass(bool first, bool last) {
   std::fill(touched_.begin(), touched_.end(), 0);
   std::fill(added_.begin(), added_.end(), 0);
   last_pass_ = last;
+  sums_final_ = false;
   if (last) std::fill(norm_sums_.begin(), norm_sums_.end(), 0.0);
   return Status::Ok();
 }
@@ -408,8 +417,10 @@ Status GradRegion::Consume(size_t flat_begin, size_t n) {
         return FailedPreconditionError("gradient region: consume of " + Where(c) +
                                        " while it is lent to an update");
       }
-      Materialize(b);
-      TakeNormSums(c, static_cast<const float*>(b.mem.data()));
+      if (!sums_final_) {  // Note [Sums taken once]
+        Materialize(b);
+        TakeNormSums(c, static_cast<const float*>(b.mem.data()));
+      }
       b.chunk = -1;  // a write still in flight is waited for before the buffer is reused (Load)
       b.dirty = false;
       dropped_[c] = 1;
@@ -438,6 +449,7 @@ Status GradRegion::EndPass() {
     STRATA_ASSIGN_OR_RETURN(const float* v, ReadView(c));
     TakeNormSums(c, v);
   }
+  sums_final_ = true;
   return Status::Ok();
 }
 

@@ -258,6 +258,7 @@ class GradRegion final : public GradTarget {
   bool Held(size_t c) const;
   uint64_t clock_ = 0;
   bool last_pass_ = false;
+  bool sums_final_ = false;  // Note [Sums taken once]: the last pass has ended
   Stats stats_;
 };
 

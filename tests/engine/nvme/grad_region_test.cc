@@ -315,6 +315,49 @@ TEST(GradRegionTest, AddZerosRefusesARangeOutsideThePartitionAndAConsumedChunk) 
                        AllOf(HasSubstr("chunk 0"), HasSubstr("consumed"))));
 }
 
+// Note [Sums taken once]: a chunk consumed during the last pass (an update final before the
+// backward ends) has its sums taken as it leaves its buffer; one consumed or written out after
+// EndPass keeps the sums EndPass took. Three steps, the last one with an Inf in a chunk consumed
+// before EndPass: the norm equals a double loop over a host array given the same adds, and the
+// overflow is seen. With 2 buffers chunks leave by eviction too; with 6 every chunk stays.
+TEST(GradRegionTest, ConsumedChunksKeepTheirSumsWhetherConsumedBeforeOrAfterEndPass) {
+  for (const size_t buffers : {size_t{2}, size_t{6}}) {
+    SCOPED_TRACE("buffers " + std::to_string(buffers));
+    ScratchDir dir;
+    Rig r = MakeRig(dir, buffers);
+    ASSERT_NE(r.region, nullptr);
+    for (int step = 0; step < 3; ++step) {
+      ReferenceAdds adds(r.region.get());
+      adds.rng.seed(TestSeed() + static_cast<uint64_t>(step));
+      ASSERT_THAT(r.region->BeginPass(true, true), IsOk());
+      for (size_t c = 6; c-- > 0;) {  // the backward's order: chunk 5 (short) down to 0
+        const size_t n = std::min(kChunk, kNumel - c * kChunk);
+        ASSERT_THAT(adds.Add(c * kChunk, n), IsOk());
+        if (step == 2 && c == 4) {
+          const float inf = std::numeric_limits<float>::infinity();
+          ASSERT_THAT(r.region->Add(4 * kChunk + 17, &inf, 1), IsOk());
+          adds.ref[4 * kChunk + 17] += inf;
+        }
+        // Chunks 5 and 4 are consumed as soon as the backward has moved below them.
+        if (c == 3) {
+          ASSERT_THAT(r.region->Consume(4 * kChunk, kNumel - 4 * kChunk), IsOk());
+        }
+      }
+      ASSERT_THAT(r.region->EndPass(), IsOk());
+      ASSERT_THAT(r.region->Consume(kChunk, 3 * kChunk), IsOk());  // 1-3 after EndPass
+      ASSERT_THAT(r.region->Flush(), IsOk());                      // chunk 0 written out
+      const double want = ReferenceSquaredNorm(adds.ref);
+      if (step < 2) {
+        EXPECT_EQ(r.region->SquaredNorm(), want) << "step " << step;
+        EXPECT_FALSE(r.region->HasNonFinite()) << "step " << step;
+      } else {
+        EXPECT_TRUE(std::isinf(want));
+        EXPECT_TRUE(r.region->HasNonFinite());
+      }
+    }
+  }
+}
+
 class GradRegionBuffersTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(GradRegionBuffersTest, AccumulatesTwoMicroBatchesLikeTheHostPartitionBitwise) {
