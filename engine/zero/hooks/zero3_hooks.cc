@@ -364,10 +364,11 @@ Status ZeroHooks::Fill(size_t i, const Stream& g) {
 // pass); if so the module zeroes only the touched rows of the fresh slot and the reducer copies
 // only them to the host, zeroing the rows it wrote there last time. A vocabulary of 128 K x 4096
 // in bf16 is 1 GB each way per step; a batch of 4 K tokens touches at most 32 MB of it.
+// Never a persistent parameter's (Note [Persistent rows are every row]).
 bool ZeroHooks::RowsOnly(size_t i) const {
   const nn::Parameter* p = o_.params[i];
-  return own_gather_ && o_.comm->world_size() == 1 && state_[i].users == 1 &&
-         p->shape().ndim() == 2 && !p->touched_rows().empty();
+  return own_gather_ && !state_[i].persistent && o_.comm->world_size() == 1 &&
+         state_[i].users == 1 && p->shape().ndim() == 2 && !p->touched_rows().empty();
 }
 
 Status ZeroHooks::Release(size_t i) {
@@ -484,6 +485,16 @@ Status ZeroHooks::FinishForward() {
   in_pass_ = false;
   return Status::Ok();
 }
+
+// Note [Persistent rows are every row]
+// A persistent parameter is gathered once and read by every later forward, so its gather takes
+// every row. After a step whose updates were deferred, its re-gather runs at its next use, inside
+// the pre-forward hook of the module using it, where a gather may take only the touched rows
+// (Note [Rows only]); the embedding, persistent under DeepSpeed's default
+// stage3_param_persistence_threshold (1e5 elements) in a small model, then kept only the first
+// micro-batch's rows fresh, and the next micro-batch of the step read the old values of its other
+// rows: the step's losses and updates differed from the serial step's (tests/engine/overlap's
+// deferred matrix at that threshold: every case with gradient accumulation 2).
 
 // Note [Persistent re-gathers in the same order on every rank]
 // After a step whose updates were deferred, every persistent parameter is re-gathered at its

@@ -4,9 +4,10 @@
 // (strata.overlap_step false) and of the overlapped step without deferral: stage 3, optimizer
 // state on cpu and nvme, shards on cpu and nvme, fp32 / bf16 / fp16, a clip that triggers (the
 // case where the overlapped step's speculation fails and everything is deferred), one that does
-// not and none, gradient accumulation 2 and 1. The masters are gathered only after the last step,
-// so each forward really runs with updates pending; the store refuses a read of a pending shard
-// (InternalError), so a gather that did not wait would fail the run.
+// not and none, gradient accumulation 2 and 1, the norms persistent or every parameter. The masters
+// are gathered only after the last step, so each forward really runs with updates pending; the
+// store refuses a read of a pending shard (InternalError), so a gather that did not wait would fail
+// the run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -137,6 +138,19 @@ std::vector<OverlapCase> DeferredCases() {
   chunked.clip = kClipTriggers;
   chunked.chunk_bytes = 12 * 1000;
   cases.push_back(chunked);
+  // Every parameter persistent (DeepSpeed's default threshold), the embedding among them: its
+  // re-gather at the next use takes every row, not the first micro-batch's (Note [Persistent rows
+  // are every row] in engine/zero/hooks/zero3_hooks.cc).
+  for (int p : {0, 3}) {
+    OverlapCase c;
+    c.stage = 3;
+    c.opt = placements[p][0];
+    c.param = placements[p][1];
+    c.dtype = p == 0 ? DType::kFloat32 : DType::kBFloat16;
+    c.clip = p == 0 ? 0.0 : kClipTriggers;
+    c.persistence = 100000;
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -15,6 +15,7 @@ std::string OverlapCaseName(const OverlapCase& c) {
   if (c.chunk_bytes != 0) n += "_chunk" + std::to_string(c.chunk_bytes);
   if (c.gas != 2) n += "_gas" + std::to_string(c.gas);
   if (!c.deferred) n += "_nodefer";
+  if (c.persistence != 200) n += "_persist" + std::to_string(c.persistence);
   return n;
 }
 
@@ -41,8 +42,9 @@ std::string ZeroKeys(const OverlapCase& c, const std::string& nvme_dir) {
   }
   z += "}";
   if (c.stage == 3) {
-    z += ", \"stage3_param_persistence_threshold\": 200, \"offload_param\": {\"device\": \"" +
-         std::string(c.param) + "\", \"pin_memory\": false";
+    z += ", \"stage3_param_persistence_threshold\": " + std::to_string(c.persistence) +
+         ", \"offload_param\": {\"device\": \"" + std::string(c.param) +
+         "\", \"pin_memory\": false";
     if (std::string(c.param) == "nvme") {  // a small max_in_cpu: most shards live on NVMe
       z += ", \"nvme_path\": \"" + nvme_dir + "/param\", \"max_in_cpu\": 2000";
     }

@@ -24,6 +24,9 @@ struct OverlapCase {
   int64_t gas = 2;
   uint64_t chunk_bytes = 0;  // strata.swap_chunk_bytes (0: the key is absent)
   bool deferred = true;      // strata.deferred_updates (with overlap_step)
+  // stage3_param_persistence_threshold: 200 keeps the norms persistent; DeepSpeed's default 1e5
+  // makes every parameter of the tiny model persistent, the embedding among them.
+  int64_t persistence = 200;
 };
 
 std::string OverlapCaseName(const OverlapCase& c);
