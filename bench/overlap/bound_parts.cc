@@ -1,6 +1,8 @@
 #include "bench/overlap/bound_parts.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -356,5 +358,39 @@ Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& optio
   }
   return out;
 }
+
+// Note [A sweep beside idle spinners]
+// The loaded sweep (Note [A loaded sweep]) shows the disk slower beside the step's compute; it
+// does not say whether the compute takes CPU time from the I/O path on this machine (the aio
+// threads, the checksums, the kernel's completions: work a better schedule could give the cores)
+// or whether a busy core slows the disk by itself. This sweep runs beside one spinning thread per
+// core at SCHED_IDLE: the guest's scheduler gives them a core only when no other thread of any
+// process wants it, so they take no CPU time from the I/O path; what the disk loses beside them
+// is the cost of busy cores outside the guest's scheduling (a virtual disk's I/O emulated on the
+// host's CPUs, the memory bus). fio showed the same on this session's machine (1 MiB, O_DIRECT,
+// libaio, depth 16): reads 1.14-1.29 GB/s alone, 0.76-0.96 beside two spinners at nice 19 or
+// SCHED_IDLE; a 50/50 mix 0.55-0.72 + 0.57-0.75 alone, 0.42-0.54 + 0.45-0.56 beside them.
+IdleSpinners::IdleSpinners(int threads) {
+  for (int t = 0; t < threads; ++t) {
+    threads_.emplace_back([this] {
+      sched_param p{};
+      if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &p) == 0) idle_.fetch_add(1);
+      started_.fetch_add(1);
+      uint64_t n = 0;
+      while (!stop_.load(std::memory_order_relaxed)) {
+        ++n;
+        asm volatile("" : "+r"(n));  // the loop is not folded away
+      }
+    });
+  }
+  while (started_.load() < threads) std::this_thread::yield();
+}
+
+IdleSpinners::~IdleSpinners() {
+  stop_ = true;
+  for (std::thread& t : threads_) t.join();
+}
+
+int IdleSpinners::idle_threads() { return idle_.load(); }
 
 }  // namespace strata::bench

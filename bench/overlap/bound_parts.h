@@ -5,11 +5,13 @@
 // Strata's own aio reaches on the swap directory's files with the step's block size.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aio/aio_options.h"
@@ -122,5 +124,24 @@ Result<AioSpeed> MeasureAioSweep(const std::string& dir, const AioOptions& optio
                                  size_t request_bytes, uint64_t max_write_bytes,
                                  const std::function<Status()>& load = {},
                                  SweepWrites writes = SweepWrites::kScratch);
+
+// Threads that only spin, at SCHED_IDLE, for as long as the object lives (Note [A sweep beside idle
+// spinners] in bound_parts.cc): what a busy core costs the disk when nothing of the work competes
+// with the I/O path for this machine's scheduler.
+class IdleSpinners {
+ public:
+  explicit IdleSpinners(int threads);
+  ~IdleSpinners();
+  IdleSpinners(const IdleSpinners&) = delete;
+  IdleSpinners& operator=(const IdleSpinners&) = delete;
+  // How many of the threads run at SCHED_IDLE (once each has started; the others, refused the
+  // policy, spin at the default one).
+  int idle_threads();
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> started_{0}, idle_{0};
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace strata::bench

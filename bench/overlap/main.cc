@@ -268,6 +268,13 @@ int Run(const Options& o) {
         "compute %.3f s\n",
         l["read_gbps"].get<double>(), l["write_gbps"].get<double>(), l["nvme_s"].get<double>(),
         l["compute_s"].get<double>());
+    const auto& sp = s["aio_beside_idle_spinners"];
+    std::printf(
+        "           aio beside %d idle spinners (not in the bound): r %.2f w %.2f GB/s, nvme %.3f "
+        "s, overlapped / that %.2f\n",
+        sp["spinners_at_sched_idle"].get<int>(), sp["read_gbps"].get<double>(),
+        sp["write_gbps"].get<double>(), sp["nvme_s"].get<double>(),
+        sp["overlapped_over_nvme_s"].get<double>());
   }
   std::printf(
       "overlapped_over_bound %.3f (%s; target <= 1.15), serial_over_overlapped %.3f (%s; "

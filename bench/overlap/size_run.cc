@@ -28,6 +28,17 @@ using nlohmann::json;
 // a target met by a measuring fault. The per-round values are in the JSON (bound_parts.rounds).
 // The steps and the aio speeds stay medians: they are what the figures report, and the disk's
 // speed moves both ways.
+// Note [Warm work parts]
+// Each round times the second of two back-to-back runs of compute alone and of Adam alone. On the
+// fourteenth session's machine (AMD EPYC, AVX-512) the Adam part took 0.17-0.29 s a round, both
+// cores busy in the kernel (cpu_seconds.adam_by_thread), while the same loop over the same 33.7M
+// elements in a process of its own took 11 ms a step from its second step on, and the overlapped
+// step's own updates 72 ms a step in all (breakdown_overlapped.overlapped_adam_ms): run once after
+// the other parts, the kernel read its 0.5 GiB from memory the sweeps and the engines had just
+// taken out of the caches, while the step updates states its reads have just brought in. So the
+// floor's Adam term was 2-4x what the step spends, and in 12 of 24 size-runs that session the
+// floor came out above the step it bounds (overlapped_over_phase_floor 0.67-0.97). A lower bound
+// takes the work at its fastest: warm.
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -202,17 +213,21 @@ Result<json> RunSize(const SizeOptions& o) {
 
   std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
+  std::vector<double> rd_spin, wr_spin;  // Note [A sweep beside idle spinners]
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int spinners_idle = cores;
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
   std::map<std::string, ThreadCpu> thread_cpu_over;     // summed over the timed overlapped steps
   std::map<std::string, ThreadCpu> thread_cpu_compute;  // summed over the compute-alone runs
+  std::map<std::string, ThreadCpu> thread_cpu_adam;     // summed over the Adam-alone runs
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
   AioSpeed speed;
   for (int64_t r = 0; r < o.rounds; ++r) {
     // ABBA: even rounds overlapped first, odd rounds serial first (and the parts in reverse).
     const bool fwd = r % 2 == 0;
-    for (int k = 0; k < 6; ++k) {
-      const int part = fwd ? k : 5 - k;
+    for (int k = 0; k < 7; ++k) {
+      const int part = fwd ? k : 6 - k;
       if (part == 0) {
         STRATA_ASSIGN_OR_RETURN(std::vector<EngineStepResult> steps,
                                 run_o->SteadySteps(batch, o.steps));
@@ -229,6 +244,7 @@ Result<json> RunSize(const SizeOptions& o) {
         for (const EngineStepResult& st : steps) t_serial.push_back(st.total_s);
         last_s = steps.back();
       } else if (part == 2) {
+        STRATA_RETURN_IF_ERROR(compute->Run(batch).status());  // Note [Warm work parts]
         const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
         STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
         AddThreadCpu(ThreadCpuDelta(threads0, ThreadCpuSeconds()), &thread_cpu_compute);
@@ -236,13 +252,23 @@ Result<json> RunSize(const SizeOptions& o) {
         t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
       } else if (part == 3) {
+        STRATA_RETURN_IF_ERROR(adam->Run().status());  // Note [Warm work parts]
+        const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
         STRATA_ASSIGN_OR_RETURN(double s, adam->Run());
+        AddThreadCpu(ThreadCpuDelta(threads0, ThreadCpuSeconds()), &thread_cpu_adam);
         t_adam.push_back(s);
         cpu_adam.push_back(adam->last_cpu_s());
       } else if (part == 4) {
         STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, o.sweep_write_bytes));
         rd_gbps.push_back(speed.read_gbps);
         wr_gbps.push_back(speed.write_gbps);
+      } else if (part == 6) {
+        IdleSpinners spin(cores);
+        spinners_idle = std::min(spinners_idle, spin.idle_threads());
+        STRATA_ASSIGN_OR_RETURN(AioSpeed beside,
+                                MeasureAioSweep(odir, aio, request, o.sweep_write_bytes));
+        rd_spin.push_back(beside.read_gbps);
+        wr_spin.push_back(beside.write_gbps);
       } else {
         auto load = [&]() -> Status {
           STRATA_ASSIGN_OR_RETURN(double s, compute->Run(batch));
@@ -357,6 +383,23 @@ Result<json> RunSize(const SizeOptions& o) {
       {"note",
        "not part of the bound: the aio sweep with forward + backward looping beside it "
        "(Note [A loaded sweep] in bench/overlap/bound_parts.cc)"}};
+  j["aio_beside_compute"]["overlapped_over_nvme_s"] =
+      over / std::max(1e-12, j["aio_beside_compute"]["nvme_s"].get<double>());
+  const double rd_i = Median(rd_spin), wr_i = Median(wr_spin);
+  const double nvme_spin_s = static_cast<double>(b.nvme_read_bytes) / (rd_i * 1e9) +
+                             static_cast<double>(b.nvme_write_bytes) / (wr_i * 1e9);
+  j["aio_beside_idle_spinners"] = {
+      {"read_gbps", rd_i},
+      {"write_gbps", wr_i},
+      {"nvme_s", nvme_spin_s},
+      {"overlapped_over_nvme_s", over / std::max(1e-12, nvme_spin_s)},
+      {"spinners", cores},
+      {"spinners_at_sched_idle", spinners_idle},
+      {"rounds", {{"read_gbps", rd_spin}, {"write_gbps", wr_spin}}},
+      {"note",
+       "not part of the bound: the aio sweep beside one spinning thread per core at SCHED_IDLE, "
+       "which takes no CPU time from the I/O path (Note [A sweep beside idle spinners] in "
+       "bench/overlap/bound_parts.cc)"}};
   j["bound_parts"]["aio_request_bytes"] = request;
   j["bound_parts"]["estimator"] =
       "compute (with its forward) and adam: the minimum over rounds (Note [The work parts' "
@@ -374,7 +417,6 @@ Result<json> RunSize(const SizeOptions& o) {
   // out: the swap checksums, the gradient norm, the kernel's I/O path, the scheduler and idle
   // spinning of the oneTBB threads, and the slower GEMMs beside Adam and the copies (caches and
   // memory bandwidth shared).
-  const double cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   const double over_cpu = Median(cpu_over);
   const double work_cpu = Median(cpu_compute) + Median(cpu_adam) + copies_cpu_s;
   // The swap checksums (strata.swap_checksums, on by default): each byte read from or written to
@@ -384,18 +426,19 @@ Result<json> RunSize(const SizeOptions& o) {
       o.checksums && o.checksum_gbps > 0
           ? static_cast<double>(b.nvme_read_bytes + b.nvme_write_bytes) / (o.checksum_gbps * 1e9)
           : 0.0;
-  j["cpu_seconds"] = {{"cores", cores},
-                      {"overlapped_cpu_s", over_cpu},
-                      {"overlapped_cores_busy", over > 0 ? over_cpu / (over * cores) : 0.0},
-                      {"compute_cpu_s", Median(cpu_compute)},
-                      {"adam_cpu_s", Median(cpu_adam)},
-                      {"copies_cpu_s", copies_cpu_s},
-                      {"work_cpu_s", work_cpu},
-                      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0},
-                      {"checksums_cpu_s", checksums_cpu_s},
-                      {"checksums_note",
-                       "not in work_cpu_s nor the bound: swap_checksums hashing the step's NVMe "
-                       "bytes once, at checksum_gbps measured alone"}};
+  j["cpu_seconds"] = {
+      {"cores", static_cast<double>(cores)},
+      {"overlapped_cpu_s", over_cpu},
+      {"overlapped_cores_busy", over > 0 ? over_cpu / (over * static_cast<double>(cores)) : 0.0},
+      {"compute_cpu_s", Median(cpu_compute)},
+      {"adam_cpu_s", Median(cpu_adam)},
+      {"copies_cpu_s", copies_cpu_s},
+      {"work_cpu_s", work_cpu},
+      {"overlapped_over_work_cpu", work_cpu > 0 ? over_cpu / work_cpu : 0.0},
+      {"checksums_cpu_s", checksums_cpu_s},
+      {"checksums_note",
+       "not in work_cpu_s nor the bound: swap_checksums hashing the step's NVMe "
+       "bytes once, at checksum_gbps measured alone"}};
   // Per thread name, the mean per timed overlapped step (/proc's 10 ms ticks): which thread
   // spends the CPU seconds (the engine names its threads: strata-strm-N a device stream,
   // strata-aio-N an aio worker, strata-optim the overlapped step's worker, tbb-worker the oneTBB
@@ -413,6 +456,12 @@ Result<json> RunSize(const SizeOptions& o) {
     compute_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
   }
   j["cpu_seconds"]["compute_by_thread"] = compute_by_thread;
+  json adam_by_thread = json::object();  // the same for Adam alone, per run
+  for (const auto& [name, t] : thread_cpu_adam) {
+    if (t.cpu_s == 0 && t.switches == 0) continue;
+    adam_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
+  }
+  j["cpu_seconds"]["adam_by_thread"] = adam_by_thread;
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
   if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);
