@@ -391,6 +391,6 @@ IdleSpinners::~IdleSpinners() {
   for (std::thread& t : threads_) t.join();
 }
 
-int IdleSpinners::idle_threads() { return idle_.load(); }
+int IdleSpinners::idle_threads() const { return idle_.load(); }
 
 }  // namespace strata::bench

@@ -136,7 +136,7 @@ class IdleSpinners {
   IdleSpinners& operator=(const IdleSpinners&) = delete;
   // How many of the threads run at SCHED_IDLE (once each has started; the others, refused the
   // policy, spin at the default one).
-  int idle_threads();
+  int idle_threads() const;
 
  private:
   std::atomic<bool> stop_{false};

@@ -33,10 +33,10 @@ using nlohmann::json;
 // fourteenth session's machine (AMD EPYC, AVX-512) the Adam part took 0.17-0.29 s a round, both
 // cores busy in the kernel (cpu_seconds.adam_by_thread), while the same loop over the same 33.7M
 // elements in a process of its own took 11 ms a step from its second step on, and the overlapped
-// step's own updates 72 ms a step in all (breakdown_overlapped.overlapped_adam_ms): run once after
-// the other parts, the kernel read its 0.5 GiB from memory the sweeps and the engines had just
-// taken out of the caches, while the step updates states its reads have just brought in. So the
-// floor's Adam term was 2-4x what the step spends, and in 12 of 24 size-runs that session the
+// step's own updates 47-99 ms a step in all (breakdown_overlapped.overlapped_adam_ms): run once
+// after the other parts, the kernel read its 0.5 GiB from memory the sweeps and the engines had
+// just taken out of the caches, while the step updates states its reads have just brought in. So
+// the floor's Adam term was 2-4x what the step spends, and in 12 of 24 size-runs that session the
 // floor came out above the step it bounds (overlapped_over_phase_floor 0.67-0.97). A lower bound
 // takes the work at its fastest: warm.
 double Median(std::vector<double> v) {
@@ -443,25 +443,21 @@ Result<json> RunSize(const SizeOptions& o) {
   // spends the CPU seconds (the engine names its threads: strata-strm-N a device stream,
   // strata-aio-N an aio worker, strata-optim the overlapped step's worker, tbb-worker the oneTBB
   // pool, main the caller).
-  json by_thread = json::object();
-  const double steps = static_cast<double>(std::max<size_t>(1, t_over.size()));
-  for (const auto& [name, t] : thread_cpu_over) {
-    by_thread[name] = {{"cpu_s", t.cpu_s / steps}, {"switches", t.switches / steps}};
-  }
-  j["cpu_seconds"]["overlapped_by_thread"] = by_thread;
-  json compute_by_thread = json::object();  // the same for compute alone, per run
-  const double runs = static_cast<double>(std::max<size_t>(1, t_compute.size()));
-  for (const auto& [name, t] : thread_cpu_compute) {
-    if (t.cpu_s == 0 && t.switches == 0) continue;
-    compute_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
-  }
-  j["cpu_seconds"]["compute_by_thread"] = compute_by_thread;
-  json adam_by_thread = json::object();  // the same for Adam alone, per run
-  for (const auto& [name, t] : thread_cpu_adam) {
-    if (t.cpu_s == 0 && t.switches == 0) continue;
-    adam_by_thread[name] = {{"cpu_s", t.cpu_s / runs}, {"switches", t.switches / runs}};
-  }
-  j["cpu_seconds"]["adam_by_thread"] = adam_by_thread;
+  // The mean per run of each thread's CPU seconds and switches; `quiet` drops the idle threads.
+  const auto per_run = [](const std::map<std::string, ThreadCpu>& by_name, size_t count,
+                          bool quiet) {
+    const double n = static_cast<double>(std::max<size_t>(1, count));
+    json out = json::object();
+    for (const auto& [name, t] : by_name) {
+      if (quiet && t.cpu_s == 0 && t.switches == 0) continue;
+      out[name] = {{"cpu_s", t.cpu_s / n}, {"switches", t.switches / n}};
+    }
+    return out;
+  };
+  j["cpu_seconds"]["overlapped_by_thread"] = per_run(thread_cpu_over, t_over.size(), false);
+  // The same for compute alone and Adam alone, per run.
+  j["cpu_seconds"]["compute_by_thread"] = per_run(thread_cpu_compute, t_compute.size(), true);
+  j["cpu_seconds"]["adam_by_thread"] = per_run(thread_cpu_adam, t_adam.size(), true);
   j["overlapped_over_bound"] = bound > 0 ? over / bound : 0.0;
   j["overlapped_over_nvme_s"] = nvme_s > 0 ? over / nvme_s : 0.0;
   if (o.max_in_cpu == 0) j["nvme_minimum"] = NvmeMinimumJson(o, b);
