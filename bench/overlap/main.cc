@@ -262,6 +262,13 @@ int Run(const Options& o) {
         "core-s\n",
         c["overlapped_cpu_s"].get<double>(), 100 * c["overlapped_cores_busy"].get<double>(),
         c["cores"].get<double>(), c["work_cpu_s"].get<double>());
+    const auto& bc = s["busy_cores_floor"];
+    std::printf(
+        "           busy-cores floor (not a target's reference) %.3f s (%s) = %.2f x phase "
+        "floor; overlapped / the larger %.2f\n",
+        bc["floor_s"].get<double>(), bc["formed_by"].get<std::string>().c_str(),
+        s["busy_cores_floor_over_phase_floor"].get<double>(),
+        s["overlapped_over_busy_cores_floor"].get<double>());
     const auto& l = s["aio_beside_compute"];
     std::printf(
         "           aio beside compute (not in the bound): r %.2f w %.2f GB/s, nvme %.3f s, "

@@ -8,7 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include <tbb/global_control.h>
+
 #include "bench/overlap/bound_parts.h"
+#include "bench/overlap/busy_cores_floor.h"
 #include "bench/overlap/engine_run.h"
 #include "bench/overlap/phase_floor.h"
 
@@ -39,6 +42,15 @@ using nlohmann::json;
 // the floor's Adam term was 2-4x what the step spends, and in 12 of 24 size-runs that session the
 // floor came out above the step it bounds (overlapped_over_phase_floor 0.67-0.97). A lower bound
 // takes the work at its fastest: warm.
+// The second of two runs of `run` with oneTBB held to one thread: the part's CPU work without its
+// threads' idle spinning (Note [Busy cores floor] in busy_cores_floor.cc).
+template <typename F>
+Result<double> OnOneCore(F run) {
+  tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+  STRATA_RETURN_IF_ERROR(run().status());  // Note [Warm work parts]
+  return run();
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -213,7 +225,8 @@ Result<json> RunSize(const SizeOptions& o) {
 
   std::vector<double> t_over, t_serial, t_compute, t_forward, t_adam, rd_gbps, wr_gbps;
   std::vector<double> rd_loaded, wr_loaded, t_compute_loaded;  // Note [A loaded sweep]
-  std::vector<double> rd_spin, wr_spin;  // Note [A sweep beside idle spinners]
+  std::vector<double> rd_spin, wr_spin;           // Note [A sweep beside idle spinners]
+  std::vector<double> t_compute_one, t_adam_one;  // on one core (Note [Busy cores floor])
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int spinners_idle = cores;
   std::vector<double> cpu_over, cpu_compute, cpu_adam;  // the process's CPU seconds, all threads
@@ -251,6 +264,8 @@ Result<json> RunSize(const SizeOptions& o) {
         t_compute.push_back(s);
         t_forward.push_back(compute->last_forward_s());
         cpu_compute.push_back(compute->last_cpu_s());
+        STRATA_ASSIGN_OR_RETURN(t_compute_one.emplace_back(),
+                                OnOneCore([&] { return compute->Run(batch); }));
       } else if (part == 3) {
         STRATA_RETURN_IF_ERROR(adam->Run().status());  // Note [Warm work parts]
         const std::map<int, ThreadCpu> threads0 = ThreadCpuSeconds();
@@ -258,6 +273,7 @@ Result<json> RunSize(const SizeOptions& o) {
         AddThreadCpu(ThreadCpuDelta(threads0, ThreadCpuSeconds()), &thread_cpu_adam);
         t_adam.push_back(s);
         cpu_adam.push_back(adam->last_cpu_s());
+        STRATA_ASSIGN_OR_RETURN(t_adam_one.emplace_back(), OnOneCore([&] { return adam->Run(); }));
       } else if (part == 4) {
         STRATA_ASSIGN_OR_RETURN(speed, MeasureAioSweep(odir, aio, request, o.sweep_write_bytes));
         rd_gbps.push_back(speed.read_gbps);
@@ -465,6 +481,23 @@ Result<json> RunSize(const SizeOptions& o) {
   j["phase_floor"]["forward_h2d_bytes"] = fwd_h2d;
   j["phase_floor_over_bound"] = bound > 0 ? floor.floor_s / bound : 0.0;
   j["overlapped_over_phase_floor"] = floor.floor_s > 0 ? over / floor.floor_s : 0.0;
+  // Note [Busy cores floor] in busy_cores_floor.cc: the work's one-core seconds (the checksums
+  // included: the config's, on by default) against the disk alone and beside busy cores.
+  const double compute_one_s = *std::min_element(t_compute_one.begin(), t_compute_one.end());
+  const double adam_one_s = *std::min_element(t_adam_one.begin(), t_adam_one.end());
+  const BusyCoresParts busy_parts{compute_one_s + adam_one_s + copies_cpu_s + checksums_cpu_s,
+                                  cores, nvme_s, nvme_spin_s};
+  const BusyCoresFloor busy = ComputeBusyCoresFloor(busy_parts);
+  const double floor_here = std::max(busy.floor_s, floor.floor_s);
+  j["busy_cores_floor"] = BusyCoresFloorJson(busy_parts, busy);
+  j["busy_cores_floor"]["work_parts"] = {
+      {"compute_one_core_s", compute_one_s},
+      {"adam_one_core_s", adam_one_s},
+      {"copies_cpu_s", copies_cpu_s},
+      {"checksums_cpu_s", checksums_cpu_s},
+      {"rounds", {{"compute_one_core_s", t_compute_one}, {"adam_one_core_s", t_adam_one}}}};
+  j["busy_cores_floor_over_phase_floor"] = floor.floor_s > 0 ? floor_here / floor.floor_s : 0.0;
+  j["overlapped_over_busy_cores_floor"] = floor_here > 0 ? over / floor_here : 0.0;
   j["serial_over_overlapped"] = over > 0 ? ser / over : 0.0;
   j["losses_overlapped"] = losses;
   j["breakdown_overlapped"] = json::parse(last_o.breakdown.ToJson());
