@@ -42,6 +42,7 @@ using nlohmann::json;
 // the floor's Adam term was 2-4x what the step spends, and in 12 of 24 size-runs that session the
 // floor came out above the step it bounds (overlapped_over_phase_floor 0.67-0.97). A lower bound
 // takes the work at its fastest: warm.
+
 // The second of two runs of `run` with oneTBB held to one thread: the part's CPU work without its
 // threads' idle spinning (Note [Busy cores floor] in busy_cores_floor.cc).
 template <typename F>
