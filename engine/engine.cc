@@ -214,10 +214,13 @@ Status Engine::Place(const EngineInit& init) {
 
   // Optimizer state and the fp32 gradient partition it steps on.
   // With offload_optimizer nvme, cut into swap chunks (engine/nvme/swap_chunks.h).
-  im.sub_groups = OptimizerSubGroups(layout_, config_);
+  const OptimizerSwapPlan swap_plan = PlanOptimizerSwap(layout_, config_);
+  im.sub_groups = swap_plan.groups;
   if (z.offload_optimizer.device == OffloadDevice::kNvme) {
     STRATA_ASSIGN_OR_RETURN(NvmeOptimizerStateOptions no,
                             NvmeOptimizerStateOptionsFromConfig(config_, comm_.rank()));
+    // The chunks' buffers: buffer_count of them, or more, finer, under "auto" (swap_chunks.h).
+    no.buffer_count = static_cast<size_t>(swap_plan.buffer_count);
     STRATA_ASSIGN_OR_RETURN(no.kind, ToKernel(config_.optimizer, &no.hyperparams));
     im.hyperparams = no.hyperparams;
     // Stages 2-3: the reduced gradients go to the NVMe gradient region (issue #36), unless

@@ -38,9 +38,10 @@ Result<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optimiz
                               std::string(OptimizerKindName(optimizer->kind())) +
                               " state on NVMe is not supported yet (Adam/AdamW only)");
   }
-  if (o.buffer_count < 1 || o.buffer_count > 64) {
+  if (o.buffer_count < 1 || o.buffer_count > OptimizerSwapperOptions::kMaxBufferCount) {
     return InvalidArgumentError("offload_optimizer.buffer_count " + std::to_string(o.buffer_count) +
-                                " must be in [1, 64]");
+                                " must be in [1, " +
+                                std::to_string(OptimizerSwapperOptions::kMaxBufferCount) + "]");
   }
   std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(o, aio, optimizer));
   // The arena for pipelined updates (constructing one starts no thread until first use).

@@ -32,7 +32,8 @@ namespace strata {
 // The shared fields (nvme_paths, pin_memory, checksums, rank, budget, device) come
 // from SwapperOptions.
 struct OptimizerSwapperOptions : SwapperOptions {
-  size_t buffer_count = 4;
+  static constexpr size_t kMaxBufferCount = 64;
+  size_t buffer_count = 4;  // 1 to kMaxBufferCount
   bool pipeline_read = false;
   bool pipeline_write = false;
   // Keep each sub-group's fp32 gradient shard on NVMe too (when it does not fit in CPU memory):

@@ -185,7 +185,7 @@ Json ConfigToJson(const Config& c) {
       {"cpu_memory", s.cpu_memory_bytes},
       {"lm_head_chunk",
        s.lm_head_chunk == StrataConfig::kLmHeadChunkAuto ? Json("auto") : Json(s.lm_head_chunk)},
-      {"swap_chunk_bytes", s.swap_chunk_bytes}};
+      {"swap_chunk_bytes", s.swap_chunk_auto ? Json("auto") : Json(s.swap_chunk_bytes)}};
   return j;
 }
 

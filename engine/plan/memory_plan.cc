@@ -200,7 +200,8 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
     max_shard = std::max<uint64_t>(max_shard, s.shard_numel);
   const uint64_t part = layout.partition_numel();
   // offload_optimizer nvme: the swap chunks (strata.swap_chunk_bytes), as the engine steps them.
-  const std::vector<SubGroup> groups = OptimizerSubGroups(layout, config);
+  const OptimizerSwapPlan swap_plan = PlanOptimizerSwap(layout, config);
+  const std::vector<SubGroup>& groups = swap_plan.groups;
 
   MemoryPlan plan;
   plan.placement = Placement(config, dtype);
@@ -357,9 +358,13 @@ Result<MemoryPlan> PlanEngineMemory(const ModelShape& model, const Config& confi
       } else {
         p.Pinned("fp32 gradient partition (CPU)", part * 4, opt_pin);
       }
-      p.PinnedBuffers("optimizer swap buffers (buffer_count x largest swap chunk)",
-                      static_cast<uint64_t>(std::max<int64_t>(z.offload_optimizer.buffer_count, 1)),
-                      SwapExtentBytes(largest_group), opt_pin);
+      // buffer_count of them, or under strata.swap_chunk_bytes "auto" the same bytes in finer
+      // chunks (Note [Auto swap chunks]).
+      const uint64_t swap_buffers =
+          static_cast<uint64_t>(std::max<int64_t>(swap_plan.buffer_count, 1));
+      p.PinnedBuffers(
+          "optimizer swap buffers (" + std::to_string(swap_buffers) + " x largest swap chunk)",
+          swap_buffers, SwapExtentBytes(largest_group), opt_pin);
       // NvmeOptimizerState stages one sub-group's master + moments for initialisation,
       // gathers and checkpoints; charged to the CPU budget with the pinned buffers.
       p.Pinned("optimizer state staging (one swap chunk)", 12 * largest_group, opt_pin);

@@ -154,13 +154,15 @@ void ReadStrataSection(const Section& top, StrataConfig* out, AioOptions* aio) {
   }
   if (const Json* v = s.Get("swap_chunk_bytes"); v != nullptr && v->is_string() && *v == "auto") {
     out->swap_chunk_auto = true;
-    out->swap_chunk_bytes = StrataConfig::kSwapChunkDefault;
-    ctx->SetOrigin(s.KeyPath("swap_chunk_bytes"), OriginKind::kAuto, "64 MiB");
-  } else if (s.Bytes("swap_chunk_bytes", &out->swap_chunk_bytes) == Got::kValue &&
-             out->swap_chunk_bytes < StrataConfig::kSwapChunkMin) {
-    ctx->Error(s.KeyPath("swap_chunk_bytes"),
-               "= " + std::to_string(out->swap_chunk_bytes) +
-                   " is too small: at least 4096 bytes (or \"auto\", or e.g. \"64M\")");
+    ctx->SetOrigin(s.KeyPath("swap_chunk_bytes"), OriginKind::kAuto,
+                   "32 MiB chunks in the bytes of buffer_count 64 MiB ones");
+  } else if (s.Bytes("swap_chunk_bytes", &out->swap_chunk_bytes) == Got::kValue) {
+    out->swap_chunk_auto = false;
+    if (out->swap_chunk_bytes < StrataConfig::kSwapChunkMin) {
+      ctx->Error(s.KeyPath("swap_chunk_bytes"),
+                 "= " + std::to_string(out->swap_chunk_bytes) +
+                     " is too small: at least 4096 bytes (or \"auto\", or e.g. \"64M\")");
+    }
   }
 
   for (const char* k : {"aio_engine", "aio_allow_buffered", "aio_sqpoll"}) {

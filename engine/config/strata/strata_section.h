@@ -61,11 +61,12 @@ struct StrataConfig {
   // Bytes of fp32 master + exp_avg + exp_avg_sq (12 B an element) the NVMe optimizer moves per
   // swap unit (engine/nvme/optimizer_nvme.h: Note [Chunks]): a sub-group larger than this is
   // stepped in chunks of this size, so the pinned swap buffers are buffer_count x this whatever
-  // sub_group_size is. "auto" (swap_chunk_auto): kSwapChunkDefault until a planner chooses.
-  static constexpr uint64_t kSwapChunkDefault = uint64_t{64} << 20;
+  // sub_group_size is. "auto" (swap_chunk_auto, the default): the engine chooses, 32 MiB chunks
+  // in the pinned bytes of buffer_count 64 MiB ones (engine/nvme/swap_chunks.h: Note [Auto swap
+  // chunks]); swap_chunk_bytes is then unused.
   static constexpr uint64_t kSwapChunkMin = uint64_t{4} << 10;
-  uint64_t swap_chunk_bytes = kSwapChunkDefault;
-  bool swap_chunk_auto = false;
+  uint64_t swap_chunk_bytes = 0;
+  bool swap_chunk_auto = true;
 };
 
 namespace internal {

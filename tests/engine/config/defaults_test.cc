@@ -181,19 +181,18 @@ TEST(ConfigDefaultsTest, AioActivationCheckpointingAndStrata) {
   EXPECT_EQ(s.trace_path, "");
   EXPECT_TRUE(s.overlap_step);
   EXPECT_EQ(s.pinned_memory_limit_bytes, 0u);
-  EXPECT_EQ(s.swap_chunk_bytes, uint64_t{64} << 20);
-  EXPECT_FALSE(s.swap_chunk_auto);
+  EXPECT_TRUE(s.swap_chunk_auto);  // engine/nvme/swap_chunks.h: Note [Auto swap chunks]
 }
 
-// strata.swap_chunk_bytes: bytes or a size string, "auto" (64 MiB, said as auto), and a size too
-// small for one 4 KiB page per part refused naming the key and the minimum.
+// strata.swap_chunk_bytes: bytes or a size string (no longer auto), "auto" (said as auto), and a
+// size too small for one 4 KiB page per part refused naming the key and the minimum.
 TEST(ConfigDefaultsTest, SwapChunkBytesTakesSizesAutoAndRefusesTooSmall) {
   Config c =
       Valid(R"({"train_micro_batch_size_per_gpu": 1, "strata": {"swap_chunk_bytes": "32M"}})");
   EXPECT_EQ(c.strata.swap_chunk_bytes, uint64_t{32} << 20);
+  EXPECT_FALSE(c.strata.swap_chunk_auto);
   Config a =
       Valid(R"({"train_micro_batch_size_per_gpu": 1, "strata": {"swap_chunk_bytes": "auto"}})");
-  EXPECT_EQ(a.strata.swap_chunk_bytes, uint64_t{64} << 20);
   EXPECT_TRUE(a.strata.swap_chunk_auto);
   Config bad = testing::Check(
       R"({"train_micro_batch_size_per_gpu": 1, "strata": {"swap_chunk_bytes": 100}})");

@@ -189,6 +189,7 @@ TEST(MemoryPlanTest, FollowsTheZeroFormulasForMixedPrecisionAdam) {
 // Swap chunks (strata.swap_chunk_bytes): with the optimizer on NVMe the pinned swap buffers and
 // the state staging are sized by the chunk, so the planned pinned bytes are the same for
 // sub_group_size 1e6, 1e8 and DeepSpeed's default 1e9; a smaller chunk plans smaller buffers.
+// Under "auto" (the default) the buffers pin what 4 of 64 MiB would, as 8 of 32 MiB.
 TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
   const ModelShape shape = ShapeFromNumels(std::vector<uint64_t>(8, 1 << 24), "134M");
   auto plan = [&](int64_t sub_group_size, const std::string& chunk) {
@@ -211,9 +212,9 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
     ADD_FAILURE() << "no plan item " << prefix;
     return 0;
   };
-  const MemoryPlan small = plan(1'000'000, "");
-  const MemoryPlan mid = plan(100'000'000, "");
-  const MemoryPlan deepspeed = plan(1'000'000'000, "");
+  const MemoryPlan small = plan(1'000'000, "\"64M\"");
+  const MemoryPlan mid = plan(100'000'000, "\"64M\"");
+  const MemoryPlan deepspeed = plan(1'000'000'000, "\"64M\"");
   EXPECT_EQ(small.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
   EXPECT_EQ(mid.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
   // 64 MiB chunks: as many elements as three 4 KiB-aligned fp32 parts fit in 64 MiB (5461 pages
@@ -231,6 +232,13 @@ TEST(MemoryPlanTest, PinnedBytesDoNotGrowWithSubGroupSize) {
   const MemoryPlan halved = plan(1'000'000'000, "\"32M\"");
   EXPECT_EQ(item(halved, "optimizer swap buffers"), 4 * (uint64_t{32} << 20));
   EXPECT_LT(halved.bytes(PlanTier::kPinnedCpu), deepspeed.bytes(PlanTier::kPinnedCpu));
+  // auto: 8 x 32 MiB, the same swap buffer bytes, a 32 MiB staging chunk; the label says 8.
+  const uint64_t fine = (uint64_t{32} << 20) / (3 * 4096) * 1024;
+  for (const std::string& a : {std::string(), std::string("\"auto\"")}) {
+    const MemoryPlan automatic = plan(1'000'000'000, a);
+    EXPECT_EQ(item(automatic, "optimizer swap buffers (8 x"), 8 * (uint64_t{32} << 20));
+    EXPECT_EQ(item(automatic, "optimizer state staging"), huge(12 * fine));
+  }
 }
 
 // offload_optimizer nvme at stage 3 (issue #36): with the gradients on NVMe
@@ -245,6 +253,10 @@ TEST(MemoryPlanTest, GradientsOnNvmeLeaveOnlyTheRegionBuffersPinned) {
       "\"stage\": 3, \"sub_group_size\": 4194304, \"offload_optimizer\": {\"device\": "
       "\"nvme\", \"nvme_path\": \"memory-plan-nvme\"}, \"offload_param\": {\"device\": \"cpu\"}";
   Config region = MakeConfig(zero, "bf16", 1);
+  // 64 MiB swap chunks: each 4 Mi-element sub-group (48 MiB of state) is one chunk ("auto" would
+  // cut it at 32 MiB).
+  region.strata.swap_chunk_auto = false;
+  region.strata.swap_chunk_bytes = 64 * (uint64_t{1} << 20);
   Config pinned = region;
   pinned.strata.nvme_grad_chunk_bytes = 0;
   const PlanOptions po{.world = 1, .rank = 0, .include_activations = false};
