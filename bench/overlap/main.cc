@@ -324,8 +324,9 @@ int main(int argc, char** argv) {
             4096, int64_t{1} << 40);
   flags.Int(
       "buffer-count", &o.buffer_count,
-      "offload_optimizer.buffer_count: pinned sub-group buffers (reads ahead, writes in flight)", 1,
-      64);
+      "offload_optimizer.buffer_count: pinned swap buffers (reads ahead, writes in flight; under "
+      "the default swap chunk \"auto\" the bytes of this many 64 MiB chunks, cut finer)",
+      1, 64);
   flags.Int("max-in-cpu", &o.max_in_cpu,
             "offload_param.max_in_cpu in elements (-1: DeepSpeed's default, every parameter "
             "kept in CPU memory; 0: every parameter read from NVMe at each use)",
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
             "pinned CPU memory, no NVMe gradient region; -1: the engine's default)");
   flags.Int("swap-chunk-bytes", &o.swap_chunk_bytes,
             "strata.swap_chunk_bytes for both schedules: the optimizer's swap units, so the "
-            "buffers' size (-1: the engine's default, 64 MiB)");
+            "buffers' size (-1: the engine's default, \"auto\")");
   flags.Bool("no-defer", &o.no_defer,
              "strata.deferred_updates false in the overlapped schedule (measures what deferring "
              "the step's updates into the next forward buys)");

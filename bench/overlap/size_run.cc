@@ -236,6 +236,7 @@ Result<json> RunSize(const SizeOptions& o) {
   std::map<std::string, ThreadCpu> thread_cpu_adam;     // summed over the Adam-alone runs
   std::vector<float> losses;
   EngineStepResult last_o, last_s;
+  std::vector<StepBreakdown> breakdowns_o;  // every timed overlapped step's (Note [Median bytes])
   AioSpeed speed;
   for (int64_t r = 0; r < o.rounds; ++r) {
     // ABBA: even rounds overlapped first, odd rounds serial first (and the parts in reverse).
@@ -249,6 +250,7 @@ Result<json> RunSize(const SizeOptions& o) {
           t_over.push_back(st.total_s);
           cpu_over.push_back(st.cpu_s);
           AddThreadCpu(st.threads, &thread_cpu_over);
+          breakdowns_o.push_back(st.breakdown);
         }
         last_o = steps.back();
         losses.push_back(last_o.loss);
@@ -309,7 +311,18 @@ Result<json> RunSize(const SizeOptions& o) {
 
   // The bound, from the parts (Note [The work parts' minimum]) and the overlapped step's own byte
   // counts.
-  const StepBreakdown& b = last_o.breakdown;
+  // Note [Median bytes]: a step's NVMe bytes move with which states it finds resident (up to 50%
+  // between runs of one config), so the bytes every floor and bound take are one timed step's
+  // whole breakdown, the step whose NVMe bytes are the median of all timed steps' (the lower
+  // middle of an even count), not the last step's; the JSON gives their range.
+  std::vector<size_t> by_bytes(breakdowns_o.size());
+  for (size_t i = 0; i < by_bytes.size(); ++i) by_bytes[i] = i;
+  auto nvme_bytes = [&](size_t i) {
+    return breakdowns_o[i].nvme_read_bytes + breakdowns_o[i].nvme_write_bytes;
+  };
+  std::sort(by_bytes.begin(), by_bytes.end(),
+            [&](size_t x, size_t y) { return nvme_bytes(x) < nvme_bytes(y); });
+  const StepBreakdown& b = breakdowns_o[by_bytes[(by_bytes.size() - 1) / 2]];
   const size_t best_compute =
       static_cast<size_t>(std::min_element(t_compute.begin(), t_compute.end()) - t_compute.begin());
   const double compute_s = t_compute[best_compute];
@@ -366,10 +379,15 @@ Result<json> RunSize(const SizeOptions& o) {
   // on: compare runs at the same bytes, not the same --buffer-count), from the overlapped
   // engine's memory plan, which rounds each buffer as the pinned pool does.
   uint64_t swap_buffers = 0;
+  std::string swap_label;  // says the count, which "auto" chooses (Note [Auto swap chunks])
   for (const PlanItem& i : run_o->plan().items) {
-    if (i.what.rfind("optimizer swap buffers", 0) == 0) swap_buffers += i.bytes;
+    if (i.what.rfind("optimizer swap buffers", 0) == 0) {
+      swap_buffers += i.bytes;
+      swap_label = i.what;
+    }
   }
   j["optimizer_swap_buffer_bytes"] = swap_buffers;
+  j["optimizer_swap_buffers"] = swap_label;
   j["state_over_device"] =
       static_cast<double>(j["state_bytes"].get<uint64_t>()) / static_cast<double>(device_bytes);
   j["device_memory_raised_to_fit"] = raised;
@@ -501,7 +519,12 @@ Result<json> RunSize(const SizeOptions& o) {
   j["overlapped_over_busy_cores_floor"] = floor_here > 0 ? over / floor_here : 0.0;
   j["serial_over_overlapped"] = over > 0 ? ser / over : 0.0;
   j["losses_overlapped"] = losses;
-  j["breakdown_overlapped"] = json::parse(last_o.breakdown.ToJson());
+  j["breakdown_overlapped"] = json::parse(b.ToJson());
+  j["breakdown_overlapped_is"] = "the timed step of median NVMe bytes (Note [Median bytes])";
+  j["nvme_bytes_per_step"] = {{"min", nvme_bytes(by_bytes.front())},
+                              {"median", nvme_bytes(by_bytes[(by_bytes.size() - 1) / 2])},
+                              {"max", nvme_bytes(by_bytes.back())},
+                              {"steps", by_bytes.size()}};
   j["breakdown_serial"] = json::parse(last_s.breakdown.ToJson());
 
   run_o.reset();
